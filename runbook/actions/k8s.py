@@ -1,0 +1,175 @@
+"""`k8s.pods`, `k8s.logs`, `k8s.exec`: read-only looks into pods.
+
+`k8s.exec` can parse what it ran (nvidia-smi memory, ps, sockets) and names the pods whose
+answer looks unhealthy, so later steps can act on exactly those.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from typing import Literal
+
+import pydantic
+
+from runbook.actions import fields
+from runbook.actions.base import ActionResult, StepContext
+from runbook.actions import base
+from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods, workload_selector
+from runbook.errors import BackendError
+from runbook.model.duration import Duration, format_duration
+from runbook.parsers import nvidia_smi, procs, sockets
+from runbook.parsers.errors import ParseError
+from runbook.registry import Kind, action
+
+MAX_EXCERPT_LINES = 20
+MAX_OUTPUT_CHARS = 16_000
+
+
+@action("k8s.pods", kind=Kind.DIAGNOSTIC, params=PodsParams)
+def pods(ctx: StepContext, p: PodsParams) -> ActionResult:
+    """List pods with phase, readiness, restarts, node and last termination reason (OOMKilled…).
+
+    Result: `pods`, and the names in `ready`, `not_ready` and `oom_killed`.
+    """
+    found = select_pods(ctx, p)
+    rows = [pod_row(pod) for pod in found]
+    ready = [pod.name for pod in found if pod.ready]
+    not_ready = [pod.name for pod in found if not pod.ready and not pod.deleting]
+    oom = [pod.name for pod in found if pod.last_termination_reason == "OOMKilled"]
+    ctx.evidence("pods", f"pods in {ctx.namespace(p.namespace)}", pods=rows)
+    return ActionResult.ok(f"{len(ready)}/{len(found)} ready" + (f"; not ready: {', '.join(not_ready)}" if not_ready else "")
+                           + (f"; OOMKilled: {', '.join(oom)}" if oom else ""),
+                           pods=rows, ready=ready, not_ready=not_ready, oom_killed=oom, total=len(found))
+
+
+class LogsParams(PodsParams):
+    since: Duration = 300.0
+    pattern: fields.Pattern | None = None
+    container: fields.K8sName | None = None
+    tail_lines: int | None = pydantic.Field(None, ge=1, le=100_000)
+    limit_bytes: int = pydantic.Field(1_048_576, ge=1024, le=64 * 1_048_576)
+
+
+@action("k8s.logs", kind=Kind.DIAGNOSTIC, params=LogsParams)
+def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
+    """Read logs of the selected pods since a duration ago and count lines matching `pattern`.
+
+    The SOP's check for an avalanche: `selector: app=api-gateway, since: 5m, pattern: " 503 "`.
+    Result: `count`, `by_pod`, and an `excerpt` of the first matching lines.
+    """
+    namespace = ctx.namespace(p.namespace)
+    if p.selector is None and p.workload is None:
+        raise ValueError("k8s.logs needs `selector` or `workload`")
+    selector = select_selector(ctx, p, namespace)
+    found = ctx.cluster.logs(namespace, selector, since_seconds=int(p.since), tail_lines=p.tail_lines,
+                             limit_bytes=p.limit_bytes, container=p.container)
+    regex = re.compile(p.pattern) if p.pattern else None
+    by_pod: dict[str, int] = {}
+    excerpt: list[str] = []
+    truncated = []
+    for log in found:
+        lines = [line for line in log.text.splitlines() if regex is None or regex.search(line)]
+        by_pod[log.pod] = len(lines)
+        excerpt.extend(f"{log.pod}: {line}" for line in lines[: MAX_EXCERPT_LINES - len(excerpt)])
+        if log.truncated:
+            truncated.append(log.pod)
+    count = sum(by_pod.values())
+    what = f"lines matching {p.pattern!r}" if p.pattern else "lines"
+    ctx.evidence("logs", f"{what} in the last {format_duration(p.since)}", selector=selector, count=count,
+                 by_pod=by_pod, excerpt=excerpt, truncated=truncated)
+    note = f" (capped at {p.limit_bytes} bytes for {', '.join(truncated)})" if truncated else ""
+    return ActionResult.ok(f"{count} {what} in the last {format_duration(p.since)} across {len(found)} pods{note}",
+                           count=count, by_pod=by_pod, excerpt=excerpt, truncated=truncated)
+
+
+
+def select_selector(ctx: StepContext, p: PodsParams, namespace: str) -> dict[str, str]:
+    if p.selector is not None:
+        return base.parse_selector(p.selector)
+    return workload_selector(ctx, namespace, p.workload)  # type: ignore[arg-type]
+
+
+class ExecParams(PodsParams):
+    container: fields.K8sName
+    command: fields.Argv
+    timeout: float = pydantic.Field(20.0, gt=0, le=600)
+    parse: Literal["text", "nvidia-smi-memory", "ps", "sockets"] = "text"
+    process: fields.Pattern | None = None  # with parse: ps, the process that must exist and be healthy
+    port: int | None = pydantic.Field(None, ge=1, le=65535)  # with parse: sockets, the port that must listen
+    above: float | None = pydantic.Field(None, ge=0, le=1)  # with parse: nvidia-smi-memory, used share flagged
+
+
+def _judge(p: ExecParams, stdout: str) -> tuple[dict, str | None]:
+    """Parsed output and, when the pod looks unhealthy, why."""
+    if p.parse == "nvidia-smi-memory":
+        reports = nvidia_smi.parse_memory_report(stdout)
+        rows = [{"bus_id": r.bus_id, "used_mib": r.fb_used_mib, "total_mib": r.fb_total_mib,
+                 "free_mib": r.fb_free_mib} for r in reports]
+        worst = max((r["used_mib"] / r["total_mib"] for r in rows if r["used_mib"] is not None and r["total_mib"]),
+                    default=None)
+        bad = f"GPU memory {worst:.0%} used" if worst is not None and p.above is not None and worst > p.above else None
+        return {"gpus": rows, "used_ratio": worst}, bad
+    if p.parse == "ps":
+        table = procs.parse_ps(stdout)
+        if p.process is None:
+            return {"processes": len(table), "zombies": [x.pid for x in table if x.zombie]}, None
+        regex = re.compile(p.process)
+        matching = [x for x in table if regex.search(x.args)]
+        rows = [{"pid": x.pid, "stat": x.stat, "args": x.args[:200]} for x in matching]
+        if not matching:
+            return {"matching": rows}, f"no process matches {p.process!r}"
+        stuck = [x for x in matching if x.zombie or x.uninterruptible]
+        if stuck and len(stuck) == len(matching):
+            return {"matching": rows}, f"process {stuck[0].pid} is in state {stuck[0].stat}" + (" (defunct)" if stuck[0].zombie else "")
+        return {"matching": rows}, None
+    if p.parse == "sockets":
+        table = sockets.parse_ss_listening(stdout) if not stdout.lstrip().startswith("sl") else sockets.parse_proc_net_tcp(stdout)
+        ports = sorted({s.local_port for s in table if s.state == "LISTEN"})
+        if p.port is not None and p.port not in ports:
+            return {"listening": ports}, f"nothing listens on port {p.port}"
+        return {"listening": ports}, None
+    return {}, None
+
+
+@action("k8s.exec", kind=Kind.DIAGNOSTIC, params=ExecParams)
+def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
+    """Run a command (an argv list, no shell) in a container of each selected pod, with a timeout.
+
+    With `parse` the output is read as nvidia-smi memory, ps or sockets; the result names the
+    pods that look unhealthy (`unhealthy`, with `reasons`) and those that did not answer (`errors`).
+    """
+    answers: dict[str, dict] = {}
+    unhealthy: list[str] = []
+    reasons: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    for pod in select_pods(ctx, p):
+        try:
+            out = ctx.cluster.exec(pod.namespace, pod.name, p.container, p.command, timeout=p.timeout)
+        except BackendError as exc:
+            errors[pod.name] = str(exc)
+            continue
+        answer: dict = {"exit_code": out.exit_code, "stdout": out.stdout[:MAX_OUTPUT_CHARS],
+                        "stderr": out.stderr[:2000], "truncated": out.truncated or len(out.stdout) > MAX_OUTPUT_CHARS}
+        if out.exit_code != 0 and p.parse != "ps":
+            errors[pod.name] = f"exit code {out.exit_code}: {out.stderr.strip()[:300]}"
+        else:
+            try:
+                parsed, bad = _judge(p, out.stdout)
+            except ParseError as exc:
+                errors[pod.name] = f"could not read the output: {exc}"
+                parsed, bad = {}, None
+            answer["parsed"] = parsed
+            if bad:
+                unhealthy.append(pod.name)
+                reasons[pod.name] = bad
+        answers[pod.name] = answer
+        ctx.evidence("command", f"{' '.join(p.command)} in {pod.name}/{p.container}", pod=pod.name,
+                     command=p.command, **answer)
+    summary = f"ran `{' '.join(p.command)}` in {len(answers)} pod(s)"
+    if unhealthy:
+        summary += "; unhealthy: " + ", ".join(f"{n} ({reasons[n]})" for n in unhealthy)
+    if errors:
+        summary += "; no answer from " + ", ".join(sorted(errors))
+    return ActionResult.ok(summary, answers=answers, unhealthy=unhealthy, reasons=reasons, errors=errors,
+                           at=ctx.now.isoformat() if isinstance(ctx.now, dt.datetime) else None)

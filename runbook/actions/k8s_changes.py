@@ -1,0 +1,213 @@
+"""`k8s.scale`, `k8s.delete_pod`, `k8s.set_arg`, `k8s.kill_process`: remediations as plans.
+
+Each reads the current state and returns a `Plan` (before → after, what the guards need, how
+to apply it and, where it can be, how to restore the before-state). None of them changes
+anything by itself: the engine applies a plan only after its guards and confirmation.
+"""
+
+from __future__ import annotations
+
+import pydantic
+
+from runbook import flags
+from runbook.actions import base, fields
+from runbook.actions.base import Plan, StepContext
+from runbook.actions.k8s_pods import PodsParams, select_pods
+from runbook.errors import CommandFailed, InvalidInput
+from runbook.registry import ActionParams, Kind, action
+
+
+class ScaleParams(ActionParams):
+    target: fields.WorkloadRef
+    replicas: int = pydantic.Field(ge=0, le=10_000)
+    namespace: fields.K8sName | None = None
+
+
+@action("k8s.scale", kind=Kind.REMEDIATION, params=ScaleParams, reversible=True)
+def scale(ctx: StepContext, p: ScaleParams) -> Plan:
+    """Set a StatefulSet's or Deployment's replicas through the scale subresource.
+
+    Reversible: a rollback scales back to the replica count recorded before the change.
+    """
+    namespace = ctx.namespace(p.namespace)
+    kind, name = base.parse_workload(p.target)
+    if kind == "daemonset":
+        raise InvalidInput(f"{p.target}: a DaemonSet has no replica count to scale")
+    workload = ctx.cluster.get_workload(namespace, kind, name)
+    pods = ctx.cluster.list_pods(namespace, workload.selector)
+    ready_names = sorted(pod.name for pod in pods if pod.ready)
+    # A StatefulSet removes the highest ordinals first; count the ready pods that stay.
+    keep = sorted(pods, key=lambda pod: _ordinal(pod.name))[: p.replicas]
+    ready_after = sum(1 for pod in keep if pod.ready) if p.replicas < workload.replicas else len(ready_names)
+    before = workload.replicas
+
+    def apply(dry_run: bool) -> dict:
+        done = ctx.cluster.scale(namespace, kind, name, p.replicas, dry_run=dry_run)
+        return {"replicas": done.replicas}
+
+    def rollback() -> dict:
+        done = ctx.cluster.scale(namespace, kind, name, before)
+        return {"replicas": done.replicas}
+
+    return Plan(target=f"{namespace}/{kind}/{name}", summary=f"scale {kind}/{name} {before} → {p.replicas}",
+                before={"replicas": before}, after={"replicas": p.replicas}, apply=apply, rollback=rollback,
+                value_after=float(p.replicas), ready_before=len(ready_names), ready_after=ready_after,
+                touched=max(0, before - p.replicas), total=max(before, 1), noop=before == p.replicas)
+
+
+def _ordinal(name: str) -> tuple[int, str]:
+    tail = name.rsplit("-", 1)[-1]
+    return (int(tail), name) if tail.isdigit() else (1 << 30, name)
+
+
+class DeletePodParams(PodsParams):
+    only_not_ready: bool = False  # with a selector or workload: only pods that are not ready
+
+
+@action("k8s.delete_pod", kind=Kind.REMEDIATION, params=DeletePodParams)
+def delete_pod(ctx: StepContext, p: DeletePodParams) -> Plan:
+    """Delete pods so their controller recreates them (the SOP's fix for a hung vLLM process).
+
+    Each delete carries the inspected pod's uid as a precondition, so a replacement with the same
+    name is never deleted by a retry. Not reversible: the controller brings the pod back.
+    """
+    namespace = ctx.namespace(p.namespace)
+    chosen = select_pods(ctx, p)
+    if p.only_not_ready:
+        chosen = [pod for pod in chosen if not pod.ready]
+    owners = sorted({pod.owner for pod in chosen if pod.owner})
+    if len(owners) > 1:
+        raise InvalidInput(f"the pods to delete belong to several workloads ({', '.join(owners)}); one at a time")
+    if owners:
+        kind, name = base.parse_workload(owners[0])
+        siblings = ctx.cluster.list_pods(namespace, ctx.cluster.get_workload(namespace, kind, name).selector)
+        target = f"{namespace}/{owners[0]}"
+    else:
+        siblings = chosen
+        target = f"{namespace}/pods/" + ",".join(pod.name for pod in chosen)
+    doomed = {pod.name: pod.uid for pod in chosen}
+    ready_now = [pod.name for pod in siblings if pod.ready]
+    ready_after = sum(1 for name in ready_now if name not in doomed)
+
+    def apply(dry_run: bool) -> dict:
+        for name, uid in doomed.items():
+            ctx.cluster.delete_pod(namespace, name, uid=uid, dry_run=dry_run)
+        return {"deleted": sorted(doomed)}
+
+    listing = ", ".join(sorted(doomed)) or "no pods"
+    return Plan(target=target, summary=f"delete {listing}",
+                before={"pods": sorted(doomed), "ready": f"{len(ready_now)}/{len(siblings)}"},
+                after={"pods": [], "ready": f"{ready_after}/{len(siblings)} until recreated"},
+                apply=apply, ready_before=len(ready_now), ready_after=ready_after, touched=len(doomed),
+                total=len(siblings), noop=not doomed)
+
+
+class SetArgParams(ActionParams):
+    target: fields.WorkloadRef
+    container: fields.K8sName
+    flag: str = pydantic.Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    factor: float | None = pydantic.Field(None, gt=0)
+    value: str | int | float | None = None
+    floor: float | None = None
+    ceiling: float | None = None
+    namespace: fields.K8sName | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _one_change(self) -> "SetArgParams":
+        if (self.factor is None) == (self.value is None):
+            raise ValueError("give exactly one of `factor` or `value`")
+        if self.floor is not None and self.ceiling is not None and self.floor > self.ceiling:
+            raise ValueError(f"floor {self.floor:g} is above ceiling {self.ceiling:g}")
+        return self
+
+
+@action("k8s.set_arg", kind=Kind.REMEDIATION, params=SetArgParams, reversible=True)
+def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
+    """Change one flag of one container (e.g. `--max-model-len` × 0.9, never below `floor`).
+
+    Handles `--flag=v`, `--flag v` and a flag inside a `sh -c "vllm serve …"` string; nothing else in
+    the command line changes. The pods restart with the new value; a rollback restores the old one.
+    """
+    namespace = ctx.namespace(p.namespace)
+    kind, name = base.parse_workload(p.target)
+    workload = ctx.cluster.get_workload(namespace, kind, name)
+    container = workload.container(p.container)
+    change = flags.plan_flag_change(container.command, container.args, p.flag, factor=p.factor, value=p.value,
+                                    floor=p.floor, ceiling=p.ceiling)
+    refusal = None
+    if p.factor is not None and change.after == change.before:
+        refusal = ("floor", f"{p.flag} is {change.before} and already at its limit; lowering it further is refused")
+    old_command, old_args = container.command, container.args
+    new_command = change.command if change.command != old_command else None
+    new_args = change.args if change.args != old_args else None
+
+    def apply(dry_run: bool) -> dict:
+        ctx.cluster.set_container_argv(namespace, kind, name, p.container, command=new_command, args=new_args,
+                                       dry_run=dry_run)
+        return {p.flag: change.after, "where": change.location}
+
+    def rollback() -> dict:
+        ctx.cluster.set_container_argv(namespace, kind, name, p.container,
+                                       command=old_command if new_command is not None else None,
+                                       args=old_args if new_args is not None else None)
+        return {p.flag: change.before}
+
+    try:
+        value_after = float(change.after)
+    except ValueError:
+        value_after = None
+    return Plan(target=f"{namespace}/{kind}/{name}",
+                summary=f"set {p.flag} of {kind}/{name}/{p.container} {change.before} → {change.after}",
+                before={p.flag: change.before}, after={p.flag: change.after}, apply=apply, rollback=rollback,
+                value_after=value_after, ready_before=workload.ready_replicas,
+                # A rolling restart takes one pod out at a time.
+                ready_after=max(workload.ready_replicas - 1, 0), touched=min(1, workload.replicas),
+                total=max(workload.replicas, 1), refusal=refusal,
+                noop=change.after == change.before and refusal is None)
+
+
+class KillProcessParams(PodsParams):
+    container: fields.K8sName
+    pattern: fields.Pattern = r"vllm\.entrypoints|vllm serve"
+    signal: fields.UnixSignal = "KILL"
+    timeout: float = pydantic.Field(20.0, gt=0, le=300)
+
+
+@action("k8s.kill_process", kind=Kind.REMEDIATION, params=KillProcessParams)
+def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
+    """Signal the processes matching `pattern` in a container (the SOP's `kill -9 $(pgrep -f vllm.entrypoints)`).
+
+    The container restarts with its current spec. Not reversible.
+    """
+    chosen = select_pods(ctx, p)
+    found: dict[str, list[int]] = {}
+    for pod in chosen:
+        out = ctx.cluster.exec(pod.namespace, pod.name, p.container, ["pgrep", "-f", p.pattern], timeout=p.timeout)
+        if out.exit_code not in (0, 1):
+            raise CommandFailed(f"pgrep in {pod.name}/{p.container} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
+        pids = [int(x) for x in out.stdout.split() if x.isdigit()]
+        if pids:
+            found[pod.name] = pids
+    by_name = {pod.name: pod for pod in chosen}
+    ready_now = sum(1 for pod in chosen if pod.ready)
+    namespace = ctx.namespace(p.namespace)
+
+    def apply(dry_run: bool) -> dict:
+        if dry_run:
+            return {}
+        killed = {}
+        for pod_name in found:
+            out = ctx.cluster.exec(namespace, pod_name, p.container, ["pkill", f"-{p.signal}", "-f", p.pattern],
+                                   timeout=p.timeout)
+            if out.exit_code not in (0, 1):
+                raise CommandFailed(f"pkill in {pod_name} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
+            killed[pod_name] = out.exit_code == 0
+        return {"killed": killed}
+
+    owner = next((pod.owner for pod in chosen if pod.owner), "")
+    return Plan(target=f"{namespace}/{owner or 'pods'}/processes",
+                summary=f"send SIG{p.signal} to {sum(len(v) for v in found.values())} process(es) matching "
+                        f"{p.pattern!r} in {', '.join(found) or 'no pod'}",
+                before={"processes": found}, after={"signal": p.signal, "pods": sorted(found)}, apply=apply,
+                ready_before=ready_now, ready_after=ready_now - sum(1 for n in found if by_name[n].ready),
+                touched=len(found), total=max(len(chosen), 1), noop=not found)

@@ -1,0 +1,193 @@
+"""The world the engine sees: small protocols and the plain values they exchange.
+
+Each protocol has a real implementation (Prometheus, Kubernetes, SSH, HTTP) and a simulated
+one (`runbook.backends.simulated`). Nothing here does I/O; errors are those of `runbook.errors`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+WORKLOAD_KINDS = ("statefulset", "deployment", "daemonset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """One value of an instant query, with its labels."""
+
+    labels: Mapping[str, str]
+    value: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """Values of a range query over time, with its labels."""
+
+    labels: Mapping[str, str]
+    points: tuple[tuple[dt.datetime, float], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerSpec:
+    name: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerStatus:
+    name: str
+    ready: bool
+    restart_count: int = 0
+    container_id: str = ""
+    last_termination_reason: str | None = None  # e.g. "OOMKilled", "Error"
+    last_termination_at: dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Pod:
+    name: str
+    namespace: str
+    uid: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    ready: bool
+    node: str = ""
+    ip: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    containers: tuple[ContainerStatus, ...] = ()
+    owner: str = ""  # "statefulset/vllm-server"
+    deleting: bool = False
+
+    @property
+    def restarts(self) -> int:
+        return sum(c.restart_count for c in self.containers)
+
+    @property
+    def last_termination_reason(self) -> str | None:
+        reasons = [c for c in self.containers if c.last_termination_reason]
+        if not reasons:
+            return None
+        latest = max(reasons, key=lambda c: c.last_termination_at or dt.datetime.min.replace(tzinfo=dt.timezone.utc))
+        return latest.last_termination_reason
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    kind: str  # statefulset | deployment | daemonset
+    name: str
+    namespace: str
+    replicas: int
+    ready_replicas: int
+    selector: Mapping[str, str]
+    containers: tuple[ContainerSpec, ...] = ()
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def container(self, name: str) -> ContainerSpec:
+        for c in self.containers:
+            if c.name == name:
+                return c
+        from runbook.errors import NotFound
+
+        known = ", ".join(c.name for c in self.containers) or "none"
+        raise NotFound(f"{self.ref} has no container {name!r} (containers: {known})")
+
+
+@dataclasses.dataclass(frozen=True)
+class NodeInfo:
+    name: str
+    ready: bool
+    unschedulable: bool  # cordoned
+
+
+@dataclasses.dataclass(frozen=True)
+class CommandResult:
+    """What a command printed and how it ended; `truncated` says the output was capped."""
+
+    stdout: str
+    stderr: str = ""
+    exit_code: int = 0
+    truncated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class PodLog:
+    pod: str
+    text: str
+    truncated: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class HttpResponse:
+    status: int
+    elapsed_seconds: float
+    body: str = ""
+
+
+class Metrics(Protocol):
+    """Signals by name (resolved through the signal catalog) and raw PromQL.
+
+    Raises `BackendUnavailable` when the source cannot be reached: silence is never health.
+    """
+
+    def query(self, signal: str, *, at: dt.datetime, labels: Mapping[str, str] = {},
+              by: Sequence[str] = ()) -> list[Sample]: ...
+
+    def query_range(self, signal: str, *, start: dt.datetime, end: dt.datetime, step_seconds: float,
+                    labels: Mapping[str, str] = {}, by: Sequence[str] = ()) -> list[Series]: ...
+
+
+class Cluster(Protocol):
+    """Pods and workloads of one cluster. Mutations accept `dry_run` (server-side dry run)."""
+
+    def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]: ...
+
+    def get_workload(self, namespace: str, kind: str, name: str) -> Workload: ...
+
+    def get_node(self, name: str) -> NodeInfo: ...
+
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False) -> Workload: ...
+
+    def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
+                           command: Sequence[str] | None, args: Sequence[str] | None,
+                           dry_run: bool = False) -> Workload:
+        """Replace exactly this container's command and/or args (None leaves one as it is)."""
+        ...
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
+        """Delete only if the pod still has this uid (a replacement with the same name is spared)."""
+        ...
+
+    def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+             timeout: float) -> CommandResult: ...
+
+    def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
+             tail_lines: int | None = None, limit_bytes: int | None = None,
+             container: str | None = None) -> list[PodLog]: ...
+
+
+class Nodes(Protocol):
+    """Commands on GPU hosts, by node name (an inventory maps names to SSH endpoints)."""
+
+    def run(self, node: str, argv: Sequence[str], *, timeout: float) -> CommandResult: ...
+
+
+class Http(Protocol):
+    """Plain HTTP GETs for health probes."""
+
+    def get(self, url: str, *, timeout: float) -> HttpResponse: ...
+
+
+@dataclasses.dataclass
+class World:
+    """The backends one run uses; a missing one makes the actions that need it fail clearly."""
+
+    metrics: Metrics | None = None
+    cluster: Cluster | None = None
+    nodes: Nodes | None = None
+    http: Http | None = None

@@ -1,0 +1,128 @@
+"""`runbook validate`, `runbook list`, `runbook actions`: what playbooks and actions there are.
+
+These read files and the registry only; they never reach a backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
+from runbook.errors import ExitCode, InvalidInput
+from runbook.loading import validation
+from runbook.loading.problems import format_report
+from runbook.registry import default_registry
+
+
+def load_all(paths: tuple[str, ...]) -> list[validation.LoadResult]:
+    registry = default_registry()
+    files = validation.discover(paths or validation.default_paths())
+    missing = [str(f) for f in files if not Path(f).exists()]
+    if missing:
+        raise InvalidInput(f"no such file or folder: {', '.join(missing)}")
+    return [validation.load_playbook_file(f, registry, label=_label(f)) for f in files]
+
+
+def _label(path: Path) -> str:
+    """Bundled playbooks are named as `<bundled>/x.yaml`, not by a site-packages path."""
+    try:
+        return f"<bundled>/{Path(path).resolve().relative_to(validation.bundled_dir().resolve())}"
+    except ValueError:
+        return str(path)
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@output_option
+def validate(paths: tuple[str, ...], output: str) -> None:
+    """Check playbooks (default: the bundled ones and ./playbooks); exit 3 if any is invalid."""
+    results = load_all(paths)
+    problems = [p for r in results for p in r.problems]
+    if output == "json":
+        print_json([p.to_json() for p in problems])
+    else:
+        console = stderr_console() if problems else stdout_console()
+        for result in results:
+            if result.problems:
+                console.print(format_report(list(result.problems), file_label=result.file), markup=False)
+            else:
+                stdout_console().print(f"ok  {result.file}  ({result.playbook.name}, {len(result.playbook.steps)} steps)",
+                                       markup=False, highlight=False)
+        if problems:
+            bad = sum(1 for r in results if r.problems)
+            console.print(f"{bad} of {len(results)} playbook(s) invalid, {len(problems)} problem(s)", markup=False)
+    if problems:
+        raise SystemExit(int(ExitCode.INVALID))
+
+
+def _detect_text(playbook) -> str:
+    if playbook.detect is None:
+        return "-"
+    text = playbook.detect.describe()
+    return text + (f" for {playbook.detect.for_:g}s" if playbook.detect.for_ else "")
+
+
+@click.command("list")
+@click.argument("paths", nargs=-1, type=click.Path())
+@output_option
+def list_playbooks(paths: tuple[str, ...], output: str) -> None:
+    """Show playbooks: name, title, severity, the alerts that start them, what triage detects."""
+    results = load_all(paths)
+    valid = [r.playbook for r in results if r.playbook is not None]
+    invalid = [r.file for r in results if r.playbook is None]
+    if output == "json":
+        print_json([{"name": p.name, "title": p.title, "severity": p.severity, "alerts": list(p.match.alerts),
+                     "titles": list(p.match.titles), "detect": _detect_text(p), "steps": len(p.steps)} for p in valid])
+    else:
+        from rich.table import Table
+
+        table = Table(show_edge=False, header_style="bold")
+        for column in ("name", "severity", "title", "alerts", "detects"):
+            table.add_column(column)
+        for p in valid:
+            table.add_row(p.name, p.severity, p.title, ", ".join(p.match.alerts) or "-", _detect_text(p))
+        stdout_console().print(table)
+    if invalid:
+        stderr_console().print(f"invalid, not listed: {', '.join(invalid)} (see `runbook validate`)", markup=False)
+        raise SystemExit(int(ExitCode.INVALID))
+
+
+def _param_rows(spec) -> list[dict]:
+    schema = spec.params.model_json_schema(by_alias=True)
+    required = set(schema.get("required", []))
+    rows = []
+    for name, field in schema.get("properties", {}).items():
+        kind = field.get("type") or " | ".join(sorted({a.get("type", "?") for a in field.get("anyOf", [])} - {"null"})) or "any"
+        rows.append({"name": name, "type": kind, "required": name in required,
+                     "default": field.get("default"), "description": field.get("description", "")})
+    return rows
+
+
+@click.command()
+@click.argument("name", required=False)
+@output_option
+def actions(name: str | None, output: str) -> None:
+    """List every action (or describe one) with its kind, documentation and params."""
+    registry = default_registry()
+    specs = registry.specs()
+    if name is not None:
+        spec = registry.get(name)
+        if spec is None:
+            from runbook.loading.problems import did_you_mean
+
+            raise InvalidInput(f"no action named {name!r}; {did_you_mean(name, registry.names())}")
+        specs = [spec]
+    if output == "json":
+        print_json([{"name": s.name, "kind": s.kind.value, "doc": s.doc, "reversible": s.reversible,
+                     "params": _param_rows(s)} for s in specs])
+        return
+    console = stdout_console()
+    for spec in specs:
+        console.print(f"[bold]{spec.name}[/bold]  [dim]{spec.kind.value}{', reversible' if spec.reversible else ''}[/dim]")
+        for line in spec.doc.splitlines():
+            console.print(f"    {line.strip()}", markup=False)
+        params = ", ".join(f"{r['name']}{'' if r['required'] else '?'}: {r['type']}" for r in _param_rows(spec))
+        console.print(f"    [dim]params:[/dim] {params}", highlight=False)
+        console.print()

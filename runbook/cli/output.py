@@ -1,0 +1,33 @@
+"""The only place that builds rich consoles and prints JSON documents.
+
+Data goes to stdout, progress and prompts to stderr; `--output json` prints exactly one JSON
+document on stdout, with no colour.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+output_option = click.option("--output", "-o", "output", type=click.Choice(["text", "json"]), default="text",
+                             show_default=True, help="text for people, json for tools (one document on stdout).")
+
+
+def stderr_console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def stdout_console():
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def print_json(document: Any) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()

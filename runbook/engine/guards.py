@@ -1,0 +1,101 @@
+"""The hard guards: pure predicates over a plan, the step's guard settings and history.
+
+Each returns a `Verdict` naming the guard; the runner journals every one. `--yes` answers the
+confirmation prompt and never reaches these: only the playbook's own numbers change them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Callable, Sequence
+
+from runbook.actions.base import Plan
+from runbook.model.duration import format_duration
+from runbook.model.playbook import Guard
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    guard: str
+    allowed: bool
+    reason: str
+
+
+def _ok(guard: str, reason: str) -> Verdict:
+    return Verdict(guard, True, reason)
+
+
+def _no(guard: str, reason: str) -> Verdict:
+    return Verdict(guard, False, reason)
+
+
+def floor_ceiling(plan: Plan, guard: Guard) -> Verdict | None:
+    if plan.value_after is None or (guard.floor is None and guard.ceiling is None):
+        return None
+    if guard.floor is not None and plan.value_after < guard.floor:
+        return _no("floor", f"{plan.summary} would set {plan.value_after:g}, below the floor {guard.floor:g}")
+    if guard.ceiling is not None and plan.value_after > guard.ceiling:
+        return _no("ceiling", f"{plan.summary} would set {plan.value_after:g}, above the ceiling {guard.ceiling:g}")
+    return _ok("floor", f"{plan.value_after:g} within [{guard.floor}, {guard.ceiling}]")
+
+
+def min_ready(plan: Plan, guard: Guard) -> Verdict | None:
+    if plan.ready_after is None or guard.min_ready is None:
+        return None
+    if plan.ready_after < guard.min_ready:
+        return _no("min_ready", f"{plan.summary} would leave {plan.ready_after} ready pod(s) "
+                                f"(of {plan.ready_before} ready now); at least {guard.min_ready} must stay ready")
+    return _ok("min_ready", f"{plan.ready_after} ready pod(s) left, minimum {guard.min_ready}")
+
+
+def max_fraction(plan: Plan, guard: Guard) -> Verdict | None:
+    if guard.max_fraction is None or plan.touched is None or not plan.total:
+        return None
+    share = plan.touched / plan.total
+    if share > guard.max_fraction + 1e-9:
+        return _no("max_fraction", f"{plan.summary} touches {plan.touched} of {plan.total} pods ({share:.0%}); "
+                                   f"at most {guard.max_fraction:.0%} per run")
+    return _ok("max_fraction", f"touches {plan.touched} of {plan.total} pods, at most {guard.max_fraction:.0%}")
+
+
+def cooldown(plan: Plan, guard: Guard, *, now: dt.datetime, last_applied: dt.datetime | None) -> Verdict | None:
+    if guard.cooldown is None:
+        return None
+    if last_applied is not None and now - last_applied < dt.timedelta(seconds=guard.cooldown):
+        ago = (now - last_applied).total_seconds()
+        wait = guard.cooldown - ago
+        return _no("cooldown", f"{plan.target} was changed by this action {format_duration(ago)} ago; "
+                               f"cooldown {format_duration(guard.cooldown)}, {format_duration(wait)} left")
+    return _ok("cooldown", f"no change to {plan.target} by this action within {format_duration(guard.cooldown)}")
+
+
+def budget(plan: Plan, guard: Guard, *, applied_last_hour: int) -> Verdict | None:
+    if guard.budget_per_hour is None:
+        return None
+    if applied_last_hour >= guard.budget_per_hour:
+        return _no("budget", f"{applied_last_hour} remediation(s) already applied to {plan.target} in the last hour; "
+                             f"the budget is {guard.budget_per_hour} per hour")
+    return _ok("budget", f"{applied_last_hour} of {guard.budget_per_hour} remediations used this hour on {plan.target}")
+
+
+def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
+                applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
+    """Every hard guard in order; the first refusal is the one the run reports.
+
+    `applications(action_or_None, since)` lists when remediations were applied to this target.
+    """
+    verdicts: list[Verdict] = []
+    if plan.refusal is not None:
+        verdicts.append(_no(*plan.refusal))
+    for check in (floor_ceiling, min_ready, max_fraction):
+        verdict = check(plan, guard)
+        if verdict is not None:
+            verdicts.append(verdict)
+    if guard.cooldown is not None:
+        same_action = applications(action, now - dt.timedelta(seconds=guard.cooldown))
+        verdicts.append(cooldown(plan, guard, now=now, last_applied=same_action[-1] if same_action else None))  # type: ignore[arg-type]
+    if guard.budget_per_hour is not None:
+        hour = applications(None, now - dt.timedelta(hours=1))
+        verdicts.append(budget(plan, guard, applied_last_hour=len(hour)))  # type: ignore[arg-type]
+    return verdicts

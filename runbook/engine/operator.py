@@ -1,0 +1,66 @@
+"""Who confirms a planned change: the terminal's human, `--yes`, or a policy that says no.
+
+The engine asks an `Operator`; it never reads a terminal itself. Without a terminal and
+without `--yes`, the answer is a refusal, never a prompt left hanging.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfirmRequest:
+    incident: str
+    step: str
+    action: str
+    target: str
+    summary: str
+    diff: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Confirmation:
+    approved: bool
+    by: str
+    reason: str = ""
+
+
+class Operator(Protocol):
+    def confirm(self, request: ConfirmRequest) -> Confirmation: ...
+
+
+class AssumeYes:
+    """`--yes`: answers every prompt with yes, in the name of the given operator."""
+
+    def __init__(self, by: str):
+        self.by = by
+
+    def confirm(self, request: ConfirmRequest) -> Confirmation:
+        return Confirmation(True, self.by, "--yes")
+
+
+class NoTerminal:
+    """No one to ask: refuse, and say how to proceed."""
+
+    def __init__(self, by: str):
+        self.by = by
+
+    def confirm(self, request: ConfirmRequest) -> Confirmation:
+        return Confirmation(False, self.by, "no terminal to confirm on; pass --yes to approve, or run in a terminal")
+
+
+class Scripted:
+    """Answers from a list, for tests: True approves, False declines."""
+
+    def __init__(self, answers: list[bool], by: str = "tester"):
+        self.answers, self.by = list(answers), by
+        self.asked: list[ConfirmRequest] = []
+
+    def confirm(self, request: ConfirmRequest) -> Confirmation:
+        self.asked.append(request)
+        if not self.answers:
+            raise AssertionError(f"unexpected confirmation asked for {request.step}")
+        approved = self.answers.pop(0)
+        return Confirmation(approved, self.by, "" if approved else "declined by the operator")

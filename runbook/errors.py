@@ -1,0 +1,75 @@
+"""The exception tree and the exit codes, in one place.
+
+    RunbookError                    anything runbook raises on purpose
+    ├── InvalidInput                bad playbook, params, alert or config (exit 3)
+    │   └── TemplateError           a template failed to render or a value is missing
+    ├── BackendError                a backend could not answer (exit 1)
+    │   ├── BackendUnavailable      unreachable, timed out: never read as "healthy"
+    │   ├── NotFound                the object asked for does not exist
+    │   ├── Conflict                the object changed underneath us (re-read, re-plan)
+    │   └── CommandFailed           a command ran but could not be completed
+    ├── Refused                     a guard or the operator said no (exit 4)
+    └── JournalError                the journal could not be written (exit 1)
+
+The CLI maps these to exit codes at the edge; the engine turns them into step outcomes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    INVALID = 3
+    REFUSED = 4
+    INTERRUPTED = 130
+
+
+class RunbookError(Exception):
+    """Base of every error runbook raises on purpose."""
+
+    exit_code = ExitCode.FAILED
+
+
+class InvalidInput(RunbookError):
+    exit_code = ExitCode.INVALID
+
+
+class TemplateError(InvalidInput):
+    pass
+
+
+class BackendError(RunbookError):
+    pass
+
+
+class BackendUnavailable(BackendError):
+    pass
+
+
+class NotFound(BackendError):
+    pass
+
+
+class Conflict(BackendError):
+    pass
+
+
+class CommandFailed(BackendError):
+    pass
+
+
+class Refused(RunbookError):
+    exit_code = ExitCode.REFUSED
+
+    def __init__(self, guard: str, reason: str):
+        super().__init__(f"refused by guard {guard}: {reason}")
+        self.guard = guard
+        self.reason = reason
+
+
+class JournalError(RunbookError):
+    pass

@@ -1,0 +1,251 @@
+"""The incident journal: one append-only JSON Lines file per incident, fsynced line by line.
+
+Written before the engine moves on, so a crash loses nothing that happened; a torn last line
+is skipped with a warning on read. Secrets are redacted here, when written. The history of
+applied actions across all incidents backs the cooldown and budget guards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import fcntl
+import json
+import os
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from runbook import redaction
+from runbook.errors import JournalError
+from runbook.model import events as ev
+
+
+class Journal(Protocol):
+    incident: str
+    run: str
+
+    def record(self, type: str, *, at: dt.datetime, step: str | None = None,
+               data: dict[str, Any] | None = None) -> ev.Event: ...
+
+    def events(self) -> list[ev.Event]: ...
+
+
+DRILL_PREFIX = "drill-"
+
+
+def new_incident_id(at: dt.datetime, playbook: str, *, drill: bool = False) -> str:
+    prefix = DRILL_PREFIX if drill else ""
+    return f"{prefix}{at.strftime('%Y%m%d-%H%M%S')}-{playbook}-{secrets.token_hex(2)}"
+
+
+def new_run_id() -> str:
+    return secrets.token_hex(4)
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON types only: datetimes as ISO strings, tuples as lists, dataclasses as dicts."""
+    if isinstance(value, dt.datetime):
+        return ev.iso_ms(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _jsonable(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)
+
+
+class MemoryJournal:
+    """A journal in memory, for tests and previews."""
+
+    def __init__(self, incident: str = "test-incident", run: str = "test-run"):
+        self.incident, self.run = incident, run
+        self._events: list[ev.Event] = []
+
+    def record(self, type: str, *, at: dt.datetime, step: str | None = None,
+               data: dict[str, Any] | None = None) -> ev.Event:
+        event = ev.Event(seq=len(self._events) + 1, at=at, incident=self.incident, run=self.run, type=type,
+                         step=step, data=redaction.redact(_jsonable(data or {})))
+        self._events.append(event)
+        return event
+
+    def events(self) -> list[ev.Event]:
+        return list(self._events)
+
+
+class JsonlJournal:
+    """`<state>/incidents/<id>/journal.jsonl`; several runs (and processes) may append to one."""
+
+    def __init__(self, path: Path, *, incident: str, run: str):
+        self.path, self.incident, self.run = Path(path), incident, run
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise JournalError(f"cannot open the journal {self.path}: {exc.strerror}") from exc
+        self._listeners: list[Any] = []
+
+    @classmethod
+    def for_incident(cls, state: Path, incident: str, run: str) -> "JsonlJournal":
+        return cls(incident_dir(state, incident) / "journal.jsonl", incident=incident, run=run)
+
+    def subscribe(self, listener: Any) -> None:
+        """`listener(event)` is called after each event is on disk (the CLI's live view)."""
+        self._listeners.append(listener)
+
+    def record(self, type: str, *, at: dt.datetime, step: str | None = None,
+               data: dict[str, Any] | None = None) -> ev.Event:
+        payload = redaction.redact(_jsonable(data or {}))
+        try:
+            # The lock makes sequence numbers unique when two processes append to one incident.
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                seq = _last_seq(self.path) + 1
+                event = ev.Event(seq=seq, at=at, incident=self.incident, run=self.run, type=type, step=step,
+                                 data=payload)
+                line = json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+                os.write(self._fd, line.encode("utf-8"))
+                os.fsync(self._fd)
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        except OSError as exc:
+            raise JournalError(f"cannot write the journal {self.path}: {exc.strerror}") from exc
+        for listener in self._listeners:
+            listener(event)
+        return event
+
+    def events(self) -> list[ev.Event]:
+        return read_journal(self.path).events
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _last_seq(path: Path) -> int:
+    """The sequence number of the last complete line, reading only the file's tail."""
+    with open(path, "rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        size = handle.tell()
+        chunk = min(size, 65536)
+        while True:
+            handle.seek(size - chunk)
+            tail = handle.read(chunk)
+            lines = [line for line in tail.split(b"\n") if line.strip()]
+            for line in reversed(lines if chunk == size else lines[1:]):
+                try:
+                    return int(json.loads(line)["seq"])
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn line: look further back
+            if chunk == size:
+                return 0
+            chunk = min(size, chunk * 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class JournalRead:
+    events: list[ev.Event]
+    warnings: list[str]
+
+
+def read_journal(path: Path) -> JournalRead:
+    events: list[ev.Event] = []
+    warnings: list[str] = []
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
+    lines = raw.split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            events.append(ev.Event.from_json(json.loads(line)))
+        except (ValueError, KeyError, TypeError):
+            last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
+            what = "a torn last line (the writer stopped mid-line)" if last else "an unreadable line"
+            warnings.append(f"{path}:{number}: skipped {what}")
+    return JournalRead(events, warnings)
+
+
+def incidents_root(state: Path) -> Path:
+    return Path(state) / "incidents"
+
+
+def incident_dir(state: Path, incident: str) -> Path:
+    if not incident or "/" in incident or incident.startswith("."):
+        raise JournalError(f"not an incident id: {incident!r}")
+    return incidents_root(state) / incident
+
+
+def journal_paths(state: Path, *, modified_since: dt.datetime | None = None) -> Iterator[Path]:
+    root = incidents_root(state)
+    if not root.is_dir():
+        return
+    cutoff = modified_since.timestamp() if modified_since else None
+    for path in sorted(root.glob("*/journal.jsonl")):
+        if cutoff is not None and path.stat().st_mtime < cutoff:
+            continue  # nothing written since the window opened
+        yield path
+
+
+@dataclasses.dataclass(frozen=True)
+class IncidentSummary:
+    id: str
+    playbook: str | None
+    started: dt.datetime | None
+    outcome: str | None
+    path: Path
+
+
+def summarize(path: Path) -> IncidentSummary:
+    events = read_journal(path).events
+    started = next((e for e in events if e.type == ev.RUN_STARTED), None)
+    finished = [e for e in events if e.type == ev.RUN_FINISHED]
+    return IncidentSummary(
+        id=path.parent.name,
+        playbook=started.data.get("playbook") if started else None,
+        started=events[0].at if events else None,
+        outcome=finished[-1].data.get("outcome") if finished else ("running or interrupted" if events else None),
+        path=path,
+    )
+
+
+def list_incidents(state: Path) -> list[IncidentSummary]:
+    return sorted((summarize(p) for p in journal_paths(state)),
+                  key=lambda s: s.started or dt.datetime.min.replace(tzinfo=dt.timezone.utc))
+
+
+class History:
+    """Applied actions across every incident's journal: what cooldowns and budgets count."""
+
+    def __init__(self, state: Path | None, extra: Journal | None = None):
+        self.state, self.extra = state, extra
+
+    def applications(self, target: str, *, since: dt.datetime, action: str | None = None) -> list[dt.datetime]:
+        """When remediations (of `action`, or any) were applied to `target` since then."""
+        seen: set[tuple[str, str, int]] = set()
+        times: list[dt.datetime] = []
+        sources: list[list[ev.Event]] = []
+        if self.state is not None:
+            # Drills act on a simulated world on virtual time: they never count against real targets.
+            sources.extend(read_journal(p).events for p in journal_paths(self.state)
+                           if not p.parent.name.startswith(DRILL_PREFIX))
+        if self.extra is not None:
+            sources.append(self.extra.events())
+        for events in sources:
+            for event in events:
+                key = (event.incident, event.run, event.seq)
+                if (event.type == ev.ACTION_APPLIED and event.data.get("target") == target
+                        and (action is None or event.data.get("action") == action)
+                        and event.at >= since and key not in seen):
+                    seen.add(key)
+                    times.append(event.at)
+        return sorted(times)

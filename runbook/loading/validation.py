@@ -1,0 +1,209 @@
+"""Playbook files → a `Playbook`, or every problem in them at once, each located and with a fix.
+
+Checks the shape (unknown, missing and duplicate keys, types), each step's action against the
+registry and its `with:` against that action's params model, template syntax, and references to
+steps and params — at load time, not at 3am.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from runbook.engine import templating
+from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
+from runbook.loading.yamlsource import Positions, load_yaml
+from runbook.model.playbook import Playbook
+from runbook.registry import Registry
+
+PLAYBOOK_SUFFIXES = (".yaml", ".yml")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadResult:
+    file: str
+    playbook: Playbook | None
+    problems: tuple[Problem, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.playbook is not None and not self.problems
+
+
+def bundled_dir() -> Path:
+    return Path(str(importlib.resources.files("runbook") / "playbooks"))
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Playbook files under the given files and folders, in a stable order."""
+    found: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found.extend(sorted(p for p in path.iterdir() if p.suffix in PLAYBOOK_SUFFIXES and p.is_file()))
+        else:
+            found.append(path)
+    return found
+
+
+def default_paths() -> list[Path]:
+    paths = [bundled_dir()]
+    local = Path("playbooks")
+    if local.is_dir() and local.resolve() != bundled_dir().resolve():
+        paths.append(local)
+    return paths
+
+
+def load_playbook_file(path: str | Path, registry: Registry, *, label: str | None = None) -> LoadResult:
+    file = label or str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
+        return LoadResult(file, None, (problem("not-a-playbook", file=file, position=None, path="",
+                                               message=f"cannot read the file: {reason}",
+                                               hint="check the path and that it is a YAML text file"),))
+    return load_playbook_text(text, file=file, registry=registry)
+
+
+def load_playbook_text(text: str, *, file: str, registry: Registry) -> LoadResult:
+    doc = load_yaml(text, file=file)
+    problems: list[Problem] = list(doc.problems)
+    data = doc.data
+    if data is None and problems:
+        return LoadResult(file, None, tuple(sorted(problems)))
+    if not isinstance(data, Mapping):
+        problems.append(problem("not-a-playbook", file=file, position=doc.positions.value(()), path="",
+                                message=f"expected a mapping with name, title and steps, found {type(data).__name__}",
+                                hint="start the file with `name: my-playbook`"))
+        return LoadResult(file, None, tuple(sorted(problems)))
+    playbook: Playbook | None = None
+    try:
+        playbook = Playbook.model_validate(data)
+    except pydantic.ValidationError as exc:
+        problems.extend(problems_from_validation_error(exc, file=file, positions=doc.positions, model=Playbook))
+    problems.extend(_check_steps(data, doc.positions, file, registry))
+    problems = _dedupe(problems)
+    return LoadResult(file, playbook if not problems else None, tuple(sorted(problems)))
+
+
+def _dedupe(problems: list[Problem]) -> list[Problem]:
+    seen: set[tuple] = set()
+    out = []
+    for item in problems:
+        key = (item.file, item.line, item.column, item.path, item.code, item.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+def _has_template(value: Any) -> bool:
+    return any(templating.is_template(s) for s in _strings(value))
+
+
+def _check_steps(data: Mapping[str, Any], positions: Positions, file: str, registry: Registry) -> list[Problem]:
+    problems: list[Problem] = []
+    params = data.get("params") if isinstance(data.get("params"), Mapping) else {}
+    known_params = set(params or {})
+
+    def add(slug: str, path: tuple, message: str, hint: str = "") -> None:
+        _, position = positions.nearest(path)
+        problems.append(problem(slug, file=file, position=position, path=path_to_str(path), message=message, hint=hint))
+
+    def check_template(text: str, path: tuple, earlier: set[str], *, expression: bool = False) -> None:
+        error = templating.check_expression(text) if expression else templating.check_syntax(text)
+        if error:
+            add("bad-template", path, f"template does not parse: {error}", "check the braces and quotes")
+            return
+        for ref in sorted(templating.step_references(text) - earlier):
+            add("unknown-step", path, f"`steps['{ref}']` is not an earlier step",
+                did_you_mean(ref, earlier) if earlier else "a step can only read the steps before it")
+        for ref in sorted(templating.param_references(text) - known_params):
+            add("bad-template", path, f"no param `{ref}` in this playbook's params",
+                did_you_mean(ref, known_params) if known_params else "declare it under `params:`")
+
+    for key in ("detect",):
+        section = data.get(key)
+        if isinstance(section, Mapping):
+            for label, value in (section.get("labels") or {}).items() if isinstance(section.get("labels"), Mapping) else ():
+                if isinstance(value, str) and templating.is_template(value):
+                    check_template(value, (key, "labels", label), set())
+
+    steps = data.get("steps")
+    if not isinstance(steps, list):
+        return problems
+    seen_ids: dict[str, int] = {}
+    earlier: set[str] = set()
+    for index, step in enumerate(steps):
+        if not isinstance(step, Mapping):
+            continue
+        step_id = step.get("id")
+        if isinstance(step_id, str):
+            if step_id in seen_ids:
+                add("duplicate-id", ("steps", index, "id"), f"step id `{step_id}` is used twice (first by steps[{seen_ids[step_id]}])",
+                    "give each step its own id: the journal and later steps refer to it")
+            seen_ids.setdefault(step_id, index)
+        when = step.get("when")
+        if isinstance(when, str):
+            check_template(when, ("steps", index, "when"), earlier, expression=True)
+        uses = step.get("uses")
+        with_ = step.get("with", {})
+        if isinstance(with_, Mapping):
+            for path_key, text in _template_strings(with_, ("steps", index, "with")):
+                check_template(text, path_key, earlier)
+        if isinstance(uses, str):
+            spec = registry.get(uses)
+            if spec is None:
+                add("unknown-action", ("steps", index, "uses"), f"no action named `{uses}`",
+                    did_you_mean(uses, registry.names()) + " (`runbook actions` lists them)")
+            elif isinstance(with_, Mapping):
+                problems.extend(_check_params(spec.params, with_, positions, file, ("steps", index, "with")))
+        if isinstance(step_id, str):
+            earlier.add(step_id)
+    return problems
+
+
+def _template_strings(value: Any, path: tuple) -> Iterable[tuple[tuple, str]]:
+    if isinstance(value, str):
+        if templating.is_template(value):
+            yield path, value
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _template_strings(item, (*path, key))
+    elif isinstance(value, list):
+        for number, item in enumerate(value):
+            yield from _template_strings(item, (*path, number))
+
+
+def _check_params(model: type[pydantic.BaseModel], with_: Mapping[str, Any], positions: Positions, file: str,
+                  base: tuple) -> list[Problem]:
+    """Validate the literal part of `with:` now; templated values are checked when rendered."""
+    templated = {key for key, value in with_.items() if _has_template(value)}
+    literal = {key: value for key, value in with_.items() if key not in templated}
+    try:
+        model.model_validate(literal)
+    except pydantic.ValidationError as exc:
+        kept = [e for e in exc.errors() if not (e["loc"] and e["loc"][0] in templated)
+                and not (templated and (not e["loc"] or e["type"] == "value_error" and len(e["loc"]) == 0))]
+        if not kept:
+            return []
+        filtered = pydantic.ValidationError.from_exception_data(exc.title, kept)  # type: ignore[arg-type]
+        return problems_from_validation_error(filtered, file=file, positions=positions, base_path=base, model=model)
+    return []

@@ -1,0 +1,82 @@
+"""Locks per remediation target, so two runs never act on one workload at once.
+
+`LocalLocks` uses `flock` on files in the state directory: it holds across processes on one
+machine and is released by the kernel when its holder dies. A cluster-wide Lease is another backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Protocol
+
+from runbook.errors import Refused
+
+
+class Locks(Protocol):
+    def hold(self, target: str, *, holder: str) -> contextlib.AbstractContextManager[None]:
+        """Hold the target's lock for the block, or raise Refused naming the current holder."""
+        ...
+
+
+def _lock_name(target: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9_.-]+", "_", target)[:80]
+    return f"{readable}-{hashlib.sha256(target.encode()).hexdigest()[:12]}.lock"
+
+
+class LocalLocks:
+    def __init__(self, state: Path):
+        self.root = Path(state) / "locks"
+
+    @contextlib.contextmanager
+    def hold(self, target: str, *, holder: str) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / _lock_name(target)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise Refused("lock", f"{target} is locked by {_read_holder(path)}; wait for that run to finish") from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"holder": holder, "pid": os.getpid(), "target": target}).encode(), 0)
+            try:
+                yield
+            finally:
+                os.ftruncate(fd, 0)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+def _read_holder(path: Path) -> str:
+    try:
+        info = json.loads(path.read_text() or "{}")
+    except (OSError, ValueError):
+        return "another run"
+    if not info:
+        return "another run"
+    return f"{info.get('holder', 'another run')} (pid {info.get('pid', '?')})"
+
+
+class MemoryLocks:
+    """Locks within one process, for tests; `held_by` pre-seeds a lock as held by someone else."""
+
+    def __init__(self, held_by: dict[str, str] | None = None):
+        self.held: dict[str, str] = dict(held_by or {})
+
+    @contextlib.contextmanager
+    def hold(self, target: str, *, holder: str) -> Iterator[None]:
+        if target in self.held:
+            raise Refused("lock", f"{target} is locked by {self.held[target]}; wait for that run to finish")
+        self.held[target] = holder
+        try:
+            yield
+        finally:
+            self.held.pop(target, None)

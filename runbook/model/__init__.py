@@ -1,0 +1,1 @@
+"""Typed, immutable values: playbooks, durations, journal events. No I/O here."""

@@ -1,0 +1,210 @@
+"""Parsers for process listings: `ps`, `fuser -v /dev/nvidia*`, `/proc/<pid>/cgroup`, container ids.
+
+They answer "who holds the GPU, is it a zombie, which container is it in" from captured text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runbook.parsers.errors import ParseError
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+# a pasted terminal session keeps its prompt lines; they are not output
+_PROMPT = re.compile(r"[$#] ")
+_INT = re.compile(r"[0-9]+", re.ASCII)
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    """Non-blank lines that are not shell prompts, with their 1-based numbers."""
+    return [(n, line.rstrip()) for n, line in enumerate(_NEWLINE.split(text), 1)
+            if line.strip() and not _PROMPT.match(line)]
+
+
+def _clip(line: str, width: int = 120) -> str:
+    line = line.strip()
+    return repr(line if len(line) <= width else line[:width] + "...")
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int | None
+    stat: str
+    elapsed_seconds: int | None
+    args: str
+
+    @property
+    def zombie(self) -> bool:
+        return self.stat.startswith("Z")
+
+    @property
+    def uninterruptible(self) -> bool:
+        return self.stat.startswith("D")
+
+    @property
+    def defunct(self) -> bool:
+        return self.zombie or self.args.endswith("<defunct>")
+
+
+_PS_FORMAT = "ps"
+_PS_COMMAND = {"COMMAND", "CMD", "ARGS"}
+_PS_NAMES = {"PID": "pid", "PPID": "ppid", "STAT": "stat", "S": "stat", "ELAPSED": "elapsed"}
+_ETIME = re.compile(r"(?:(?:([0-9]+)-)?([0-9]+):)?([0-9]+):([0-9]+)", re.ASCII)
+_ELAPSED = r"[0-9]+|(?:[0-9]+-)?(?:[0-9]+:)?[0-9]+:[0-9]+"
+# headerless lines, as after `| grep`: `ps aux` first, its %CPU column tells it apart
+_AUX_ROW = re.compile(r"\s*\S+\s+([0-9]+)\s+[0-9.]+\s+[0-9.]+\s+[0-9]+\s+[0-9]+\s+\S+\s+(\S+)\s+\S+\s+\S+(?:\s+(.*))?",
+                      re.ASCII)
+_EO_ROW = re.compile(rf"\s*([0-9]+)\s+([0-9]+|-)\s+(\S+)\s+({_ELAPSED})(?:\s+(.*))?", re.ASCII)
+
+
+def _elapsed(raw: str | None, line: int) -> int | None:
+    """Seconds from `etimes` (an integer) or `etime` ([[dd-]hh:]mm:ss)."""
+    if raw is None or raw == "-":
+        return None
+    if _INT.fullmatch(raw):
+        return int(raw)
+    m = _ETIME.fullmatch(raw)
+    if not m:
+        raise ParseError(f"ELAPSED: expected seconds or [[dd-]hh:]mm:ss, found {_clip(raw)}",
+                         format=_PS_FORMAT, line=line)
+    days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def _ps_header(line: str) -> list[str] | None:
+    names = line.split()
+    if "PID" in names and names[-1] in _PS_COMMAND:
+        return [_PS_NAMES.get(n, n) for n in names[:-1]] + ["args"]
+    return None
+
+
+def _ps_row(fields: dict[str, str], line: int) -> Process:
+    pid, ppid = fields.get("pid", ""), fields.get("ppid")
+    if not _INT.fullmatch(pid):
+        raise ParseError(f"PID: expected an integer, found {_clip(pid)}", format=_PS_FORMAT, line=line)
+    if ppid is not None and ppid != "-" and not _INT.fullmatch(ppid):
+        raise ParseError(f"PPID: expected an integer, found {_clip(ppid)}", format=_PS_FORMAT, line=line)
+    return Process(pid=int(pid), ppid=int(ppid) if ppid and ppid != "-" else None,
+                   stat=fields.get("stat", ""), elapsed_seconds=_elapsed(fields.get("elapsed"), line),
+                   args=fields.get("args", ""))
+
+
+def parse_ps(text: str) -> list[Process]:
+    """`ps -eo pid,ppid,stat,etimes,args` or `ps aux[ww]`, with or without the header.
+
+    Columns come from the header by name (COMMAND/CMD/ARGS must be last: it may hold spaces);
+    without one, each line is read as `ps aux` or as the -eo form above. `ps aux` has no PPID
+    or elapsed time: those are None.
+    """
+    header: list[str] | None = None
+    processes = []
+    for lineno, line in _lines(text):
+        named = _ps_header(line)
+        if named is not None:
+            header = named
+            continue
+        if header is not None:
+            values = line.split(None, len(header) - 1)
+            if len(values) < len(header) - 1:
+                raise ParseError(f"expected {len(header)} columns as in the header, found {len(values)}: "
+                                 f"{_clip(line)}", format=_PS_FORMAT, line=lineno)
+            processes.append(_ps_row(dict(zip(header, values)), lineno))
+        elif m := _AUX_ROW.fullmatch(line):
+            processes.append(_ps_row({"pid": m[1], "stat": m[2], "args": m[3] or ""}, lineno))
+        elif m := _EO_ROW.fullmatch(line):
+            processes.append(_ps_row({"pid": m[1], "ppid": m[2], "stat": m[3], "elapsed": m[4],
+                                      "args": m[5] or ""}, lineno))
+        else:
+            raise ParseError(f"expected a `ps` header, a `ps aux` row or a `pid ppid stat etimes args` row, "
+                             f"found {_clip(line)}", format=_PS_FORMAT, line=lineno)
+    return processes
+
+
+@dataclass(frozen=True)
+class FuserEntry:
+    path: str
+    user: str
+    pid: int
+    access: str
+    command: str
+
+
+_FUSER_FORMAT = "fuser -v"
+# stderr mixed into the capture: sudo's prompt, files fuser could not inspect
+_FUSER_NOISE = ("[sudo]", "sudo:", "Cannot stat", "Specified filename", "No such file")
+_FUSER_HEADER = re.compile(r"\s*USER\s+PID\s+ACCESS\s+COMMAND")
+_FUSER_ROW = re.compile(r"(?:(?P<path>\S.*?):)?\s+(?P<user>\S+)\s+(?P<pid>[0-9]+|kernel)\s+(?P<access>\S+)"
+                        r"(?:\s+(?P<command>.*))?", re.ASCII)
+_FUSER_PATH = re.compile(r"(\S.*):")
+
+
+def parse_fuser(text: str) -> list[FuserEntry]:
+    """`fuser -v FILE...`: one entry per (file, process); `kernel` users (mounts, swap) are skipped."""
+    entries = []
+    path: str | None = None
+    for lineno, line in _lines(text):
+        if line.lstrip().startswith(_FUSER_NOISE) or _FUSER_HEADER.fullmatch(line):
+            continue
+        row = _FUSER_ROW.fullmatch(line)
+        if row is None:
+            only_path = _FUSER_PATH.fullmatch(line)  # long names are printed alone on their line
+            if only_path is None:
+                raise ParseError(f"expected 'PATH: USER PID ACCESS COMMAND' or an indented continuation, "
+                                 f"found {_clip(line)}", format=_FUSER_FORMAT, line=lineno)
+            path = only_path[1]
+            continue
+        path = row["path"] or path
+        if path is None:
+            raise ParseError(f"continuation line before any 'PATH:' line: {_clip(line)}",
+                             format=_FUSER_FORMAT, line=lineno)
+        if row["pid"] != "kernel":
+            entries.append(FuserEntry(path=path, user=row["user"], pid=int(row["pid"]),
+                                      access=row["access"], command=row["command"] or ""))
+    return entries
+
+
+def fuser_pids(entries: Iterable[FuserEntry]) -> set[int]:
+    return {entry.pid for entry in entries}
+
+
+_CGROUP_FORMAT = "/proc/<pid>/cgroup"
+_CGROUP_LINE = re.compile(r"[0-9]+:[^:]*:(.*)", re.ASCII)
+# a path segment naming a container: bare id (cgroup v1), `<runtime>-<id>.scope` (systemd
+# driver), `...slice:cri-containerd:<id>` (containerd with systemd cgroups, v1 layout)
+_CGROUP_ID = re.compile(r"(?:(?P<prefix>[A-Za-z0-9_.:-]*?)[-:])?(?P<id>[0-9a-f]{64})(?:\.scope)?", re.ASCII)
+_HEX64 = re.compile(r"[0-9a-f]{64}", re.ASCII)
+
+
+def parse_cgroup(text: str) -> str | None:
+    """The 64-hex container id in `/proc/<pid>/cgroup` (v1 or v2, docker/containerd/cri-o), or None.
+
+    None means the process is not in a container cgroup (or the namespace hides the path).
+    """
+    found: str | None = None
+    for lineno, line in _lines(text):
+        m = _CGROUP_LINE.fullmatch(line.strip())
+        if m is None:
+            raise ParseError(f"expected 'hierarchy-id:controllers:path', found {_clip(line)}",
+                             format=_CGROUP_FORMAT, line=lineno)
+        if found is not None:
+            continue
+        for segment in reversed(m[1].split("/")):  # the deepest container cgroup is the process's own
+            seg = _CGROUP_ID.fullmatch(segment)
+            # conmon is cri-o's monitor process, not the container
+            if seg and "conmon" not in (seg["prefix"] or ""):
+                found = seg["id"]
+                break
+    return found
+
+
+def normalize_container_id(container_id: str) -> str:
+    """`containerd://<id>`, `docker://<id>`, `cri-o://<id>` (Kubernetes containerStatuses) or a bare id → the id."""
+    raw = container_id.strip()
+    bare = raw.split("://", 1)[1] if "://" in raw else raw
+    if not _HEX64.fullmatch(bare.lower()):
+        raise ParseError(f"expected '<runtime>://<64 hex digits>' or 64 hex digits, found {_clip(raw)}",
+                         format="container id")
+    return bare.lower()

@@ -1,0 +1,134 @@
+"""Parsers for TCP socket tables: `/proc/net/tcp[6]`, `ss -tln[H]` and `netstat -tuln`.
+
+They answer "is anything listening on the serving port" without needing the tools on the host.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from runbook.parsers.errors import ParseError
+
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+# include/net/tcp_states.h
+_KERNEL_STATES = {
+    0x01: "ESTABLISHED", 0x02: "SYN_SENT", 0x03: "SYN_RECV", 0x04: "FIN_WAIT1", 0x05: "FIN_WAIT2",
+    0x06: "TIME_WAIT", 0x07: "CLOSE", 0x08: "CLOSE_WAIT", 0x09: "LAST_ACK", 0x0A: "LISTEN",
+    0x0B: "CLOSING", 0x0C: "NEW_SYN_RECV",
+}
+# ss spells states its own way; netstat already uses the kernel names
+_SS_STATES = {
+    "ESTAB": "ESTABLISHED", "SYN-SENT": "SYN_SENT", "SYN-RECV": "SYN_RECV", "FIN-WAIT-1": "FIN_WAIT1",
+    "FIN-WAIT-2": "FIN_WAIT2", "TIME-WAIT": "TIME_WAIT", "UNCONN": "CLOSE", "CLOSE-WAIT": "CLOSE_WAIT",
+    "LAST-ACK": "LAST_ACK", "LISTEN": "LISTEN", "CLOSING": "CLOSING", "SYN-RECV-NEW": "NEW_SYN_RECV",
+}
+_STATE_NAMES = set(_KERNEL_STATES.values()) | set(_SS_STATES)
+
+
+@dataclass(frozen=True)
+class Socket:
+    local_address: str  # as printed, without [] around IPv6; "*" for any address in ss
+    local_port: int
+    state: str  # kernel names: LISTEN, ESTABLISHED, TIME_WAIT, ...
+
+
+def _lines(text: str) -> list[tuple[int, str]]:
+    return [(n, line.strip()) for n, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]
+
+
+def _clip(line: str, width: int = 120) -> str:
+    return repr(line if len(line) <= width else line[:width] + "...")
+
+
+_PROC_FORMAT = "/proc/net/tcp"
+_PROC_HEADER = re.compile(r"sl\s+local_address\s.*")
+_PROC_ROW = re.compile(r"[0-9]+:\s+([0-9A-Fa-f]{8}|[0-9A-Fa-f]{32}):([0-9A-Fa-f]{4})\s+"
+                       r"(?:[0-9A-Fa-f]{8}|[0-9A-Fa-f]{32}):[0-9A-Fa-f]{4}\s+([0-9A-Fa-f]{2})(?:\s.*)?", re.ASCII)
+
+
+def _proc_address(hex_address: str) -> str:
+    # the kernel prints each 32-bit word in host order: little-endian on every serving platform
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    if len(words) == 4:
+        return str(ipaddress.IPv4Address(words))
+    address = ipaddress.IPv6Address(words)
+    # spelled as ss and Python ≥ 3.13 spell it, so the two sources compare equal
+    return f"::ffff:{address.ipv4_mapped}" if address.ipv4_mapped else str(address)
+
+
+def parse_proc_net_tcp(text: str) -> list[Socket]:
+    """`/proc/net/tcp` or `/proc/net/tcp6` (or both concatenated): every socket with its state."""
+    sockets = []
+    for lineno, line in _lines(text):
+        if _PROC_HEADER.fullmatch(line):
+            continue
+        m = _PROC_ROW.fullmatch(line)
+        if m is None:
+            raise ParseError(f"expected 'sl: local_address rem_address st ...' (hex), found {_clip(line)}",
+                             format=_PROC_FORMAT, line=lineno)
+        state = _KERNEL_STATES.get(int(m[3], 16))
+        if state is None:
+            raise ParseError(f"unknown TCP state code {m[3]!r}", format=_PROC_FORMAT, line=lineno)
+        sockets.append(Socket(local_address=_proc_address(m[1]), local_port=int(m[2], 16), state=state))
+    return sockets
+
+
+_SS_FORMAT = "ss -tln / netstat -tln"
+_SS_HEADER = re.compile(r"(?:Netid\s+)?State\s+Recv-Q\s.*|Proto\s+Recv-Q\s.*|Active Internet connections.*")
+_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>.*)):(?P<port>[0-9]+|\*)", re.ASCII)
+_TCP = {"tcp", "tcp6", "tcp4"}
+_OTHER_PROTOCOLS = {"udp", "udp6", "udp4", "raw", "raw6", "u_str", "u_dgr", "u_seq", "p_raw", "p_dgr",
+                    "nl", "mptcp", "sctp", "dccp", "unix", "v_str", "v_dgr", "xdp", "tipc", "udplite"}
+_QUEUE = re.compile(r"[0-9]+", re.ASCII)
+
+
+def _endpoint(raw: str, lineno: int) -> tuple[str, int]:
+    m = _ENDPOINT.fullmatch(raw)
+    if m is None or m["port"] == "*" or not (m["v6"] is not None or m["host"]):
+        raise ParseError(f"expected a local address such as 0.0.0.0:8000 or [::]:8000, found {_clip(raw)}",
+                         format=_SS_FORMAT, line=lineno)
+    port = int(m["port"])
+    if port > 65535:
+        raise ParseError(f"port {port} out of range in {_clip(raw)}", format=_SS_FORMAT, line=lineno)
+    return (m["v6"] if m["v6"] is not None else m["host"]), port
+
+
+def parse_ss_listening(text: str) -> list[Socket]:
+    """TCP sockets from `ss -tln`, `ss -tlnH`, `ss -tuln` or `netstat -tuln`; UDP and other rows are skipped.
+
+    Address spellings: `0.0.0.0:8000`, `[::]:8000`, `*:8000`, `127.0.0.53%lo:53`, netstat's `:::8000`.
+    """
+    sockets = []
+    for lineno, line in _lines(text):
+        if _SS_HEADER.fullmatch(line):
+            continue
+        fields = line.split()
+        protocol = fields[0].lower()
+        if protocol in _OTHER_PROTOCOLS:
+            continue
+        if protocol in _TCP and len(fields) >= 6 and _QUEUE.fullmatch(fields[1]):
+            # netstat: Proto Recv-Q Send-Q Local Foreign State
+            local, state = fields[3], fields[5]
+        else:
+            if protocol in _TCP:  # ss with more than one protocol: Netid State Recv-Q ...
+                fields = fields[1:]
+            if len(fields) < 5 or not (_QUEUE.fullmatch(fields[1]) and _QUEUE.fullmatch(fields[2])):
+                raise ParseError(f"expected 'State Recv-Q Send-Q Local:Port Peer:Port' (ss) or "
+                                 f"'Proto Recv-Q Send-Q Local Foreign State' (netstat), found {_clip(line)}",
+                                 format=_SS_FORMAT, line=lineno)
+            state, local = fields[0], fields[3]
+        if state not in _STATE_NAMES:
+            raise ParseError(f"unknown socket state {_clip(state)}", format=_SS_FORMAT, line=lineno)
+        address, port = _endpoint(local, lineno)
+        sockets.append(Socket(local_address=address, local_port=port, state=_SS_STATES.get(state, state)))
+    return sockets
+
+
+def is_listening(sockets: Iterable[Socket], port: int) -> bool:
+    """True when some socket listens on `port`, on any address."""
+    return any(s.state == "LISTEN" and s.local_port == port for s in sockets)

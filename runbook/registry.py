@@ -1,0 +1,88 @@
+"""The action registry: `@action` declares a name, a kind and a params model for a function.
+
+The engine always receives a registry explicitly; the default one exists only so that the
+built-in action modules can register themselves with a decorator at import time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import pydantic
+
+
+class Kind(str, enum.Enum):
+    DIAGNOSTIC = "diagnostic"  # read-only: always allowed, runs in dry-run
+    REMEDIATION = "remediation"  # changes the world: planned, guarded, confirmed, journaled
+    CONTROL = "control"  # flow of the run: verify, note, escalate
+
+
+class ActionParams(pydantic.BaseModel):
+    """Base of every action's params: unknown keys are errors, values are immutable."""
+
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ActionSpec:
+    name: str
+    kind: Kind
+    params: type[ActionParams]
+    func: Callable[..., Any]
+    module: str
+    reversible: bool = False  # a remediation whose before-state can be restored
+
+    @property
+    def doc(self) -> str:
+        return (self.func.__doc__ or "").strip()
+
+    @property
+    def summary(self) -> str:
+        return self.doc.splitlines()[0] if self.doc else ""
+
+
+class Registry:
+    def __init__(self) -> None:
+        self._specs: dict[str, ActionSpec] = {}
+
+    def add(self, spec: ActionSpec) -> None:
+        existing = self._specs.get(spec.name)
+        if existing is not None and existing.func is not spec.func:
+            raise ValueError(f"action {spec.name!r} registered twice: in {existing.module} and {spec.module}")
+        self._specs[spec.name] = spec
+
+    def get(self, name: str) -> ActionSpec | None:
+        return self._specs.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._specs)
+
+    def specs(self) -> list[ActionSpec]:
+        return [self._specs[n] for n in self.names()]
+
+
+_default = Registry()
+
+
+def default_registry() -> Registry:
+    """The registry with every built-in action loaded."""
+    importlib.import_module("runbook.actions")
+    return _default
+
+
+def action(name: str, *, kind: Kind, params: type[ActionParams], reversible: bool = False,
+           registry: Registry | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the decorated function as action `name`; the function is returned unchanged."""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        if not func.__doc__:
+            raise ValueError(f"action {name!r} needs a docstring: it is the user-facing catalogue")
+        (registry or _default).add(ActionSpec(name=name, kind=kind, params=params, func=func,
+                                              module=func.__module__, reversible=reversible))
+        return func
+
+    return decorate

@@ -1,0 +1,33 @@
+"""Where runbook keeps its state, read from the environment in this one place.
+
+`RUNBOOK_STATE_DIR` wins; otherwise `$XDG_STATE_HOME/runbook`, otherwise `~/.local/state/runbook`.
+The kill switch is `RUNBOOK_KILL_SWITCH=1` or a file named `KILL` in the state directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+KILL_SWITCH_ENV = "RUNBOOK_KILL_SWITCH"
+KILL_SWITCH_FILE = "KILL"
+
+
+def state_dir(env: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if env is None else env
+    if env.get("RUNBOOK_STATE_DIR"):
+        return Path(env["RUNBOOK_STATE_DIR"]).expanduser()
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]).expanduser() / "runbook"
+    return Path.home() / ".local" / "state" / "runbook"
+
+
+def kill_switch(state: Path, env: Mapping[str, str] | None = None) -> str | None:
+    """Why every remediation is refused right now, or None when the switch is off."""
+    env = os.environ if env is None else env
+    if env.get(KILL_SWITCH_ENV, "").strip().lower() in {"1", "true", "yes", "on"}:
+        return f"{KILL_SWITCH_ENV} is set; unset it to allow remediations"
+    if (state / KILL_SWITCH_FILE).exists():
+        return f"{state / KILL_SWITCH_FILE} exists; remove it to allow remediations"
+    return None
