@@ -86,7 +86,7 @@ class JsonlJournal:
         self.path, self.incident, self.run = Path(path), incident, run
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
         except OSError as exc:
             raise JournalError(f"cannot open the journal {self.path}: {exc.strerror}") from exc
         self._listeners: list[Any] = []
@@ -106,6 +106,10 @@ class JsonlJournal:
             # The lock makes sequence numbers unique when two processes append to one incident.
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
+                size = os.fstat(self._fd).st_size
+                if size and os.pread(self._fd, 1, size - 1) != b"\n":
+                    # A writer died mid-line: end that torn line so this event stands on its own.
+                    os.write(self._fd, b"\n")
                 seq = _last_seq(self.path) + 1
                 event = ev.Event(seq=seq, at=at, incident=self.incident, run=self.run, type=type, step=step,
                                  data=payload)

@@ -15,7 +15,7 @@ from runbook.parsers.errors import ParseError
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 # nvidia-smi writes "[N/A]" in CSV and XML, bare "N/A" in -q text and the table; any bracketed
 # value ("[Requested functionality has been deprecated]", "[GPU requires reset]") means "no value"
-_UNAVAILABLE = re.compile(r"\[.*\]|N/A|Not Supported|Not Available|Unknown Error|Unknown|", re.I)
+_UNAVAILABLE = re.compile(r"\[.*\]|N/A|Not Supported|Not Available( .*)?|Unknown( Error)?|", re.I)
 _QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?) ?([A-Za-z%]*)", re.ASCII)
 _INT = re.compile(r"[0-9]+", re.ASCII)
 _MIB = {"": 1.0, "MiB": 1.0, "GiB": 1024.0, "KiB": 1 / 1024}
@@ -108,17 +108,18 @@ class Table:
     processes: tuple[TableProcess, ...]
 
 
-def _lines(text: str) -> list[tuple[int, str]]:
-    """Non-blank lines with their 1-based numbers, trailing whitespace dropped."""
-    return [(n, line.rstrip()) for n, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]
+def _prepare(text: str, fmt: str, expected: str | None) -> tuple[list[tuple[int, str]], bool]:
+    """(numbered non-blank lines, "No devices were found"); raises on nvidia-smi's own failure messages.
 
-
-def _check_failure(lines: list[tuple[int, str]], fmt: str) -> bool:
-    """True when nvidia-smi said there are no GPUs; raises when it said it could not run."""
+    `expected` describes real output, for the error on empty text; None when empty output is valid.
+    """
+    lines = [(n, line.rstrip()) for n, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]
+    if not lines and expected:
+        raise ParseError(f"empty output; expected {expected}", format=fmt)
     for lineno, line in lines:
         if line.strip().startswith(_FAILURES):
             raise ParseError(f"nvidia-smi reported an error: {_clip(line)}", format=fmt, line=lineno)
-    return any(line.strip() == _NO_DEVICES for _, line in lines)
+    return lines, any(line.strip() == _NO_DEVICES for _, line in lines)
 
 
 def _clip(line: str, width: int = 120) -> str:
@@ -155,32 +156,24 @@ def _str(raw: str | None) -> str:
 # -- --query-gpu / --query-compute-apps CSV ------------------------------------------------------
 
 _HEADER_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?", re.ASCII)
+_GPU_COLUMNS = ["index", "uuid", "memory.used", "memory.total", "utilization.gpu"]
+_APP_COLUMNS = ["gpu_uuid", "pid", "used_memory", "process_name"]
+_APP_NAMES = {c: c for c in _APP_COLUMNS} | {"used_gpu_memory": "used_memory", "name": "process_name"}
 
 
-def _header(fields: list[str], known: dict[str, str]) -> list[str] | None:
-    """Canonical column names when `fields` is a header row, else None."""
-    names = [_HEADER_FIELD.fullmatch(f.strip()) for f in fields]
-    if not all(names) or not any(m[1] in known for m in names):
-        return None
-    return [known.get(m[1], m[1]) for m in names]
-
-
-def _csv_rows(text: str, fmt: str, positional: list[str], known: dict[str, str],
-              required: str, free: str | None) -> list[tuple[int, dict[str, str]]]:
-    """Rows as {canonical column: raw value}: by header name when there is a header, else by position."""
-    lines = _lines(text)
-    if _check_failure(lines, fmt):
-        return []
+def _csv_rows(lines: list[tuple[int, str]], fmt: str, positional: list[str], known: dict[str, str],
+              required: str, free: str | None = None) -> list[tuple[int, dict[str, str]]]:
+    """Rows as {canonical column: value}: by header name when a header row is present, else by position."""
     columns, header_line, rows = positional, None, []
     for lineno, line in lines:
-        if line.strip() == "No running processes found":
+        if line.strip() in ("No running processes found", _NO_DEVICES):
             continue
         raw = line.split(",")
-        named = _header(raw, known)
-        if named is not None:
-            if required not in named:
+        names = [_HEADER_FIELD.fullmatch(f.strip()) for f in raw]
+        if all(names) and any(m[1] in known for m in names):  # a header: every field a property name
+            columns, header_line = [known.get(m[1], m[1]) for m in names], lineno
+            if required not in columns:
                 raise ParseError(f"header has no {required!r} column: {_clip(line)}", format=fmt, line=lineno)
-            columns, header_line = named, lineno
             continue
         if len(raw) > len(columns) and free in columns:
             # nvidia-smi does not quote: commas in a process name spill into extra fields
@@ -194,25 +187,17 @@ def _csv_rows(text: str, fmt: str, positional: list[str], known: dict[str, str],
     return rows
 
 
-_GPU_COLUMNS = ["index", "uuid", "memory.used", "memory.total", "utilization.gpu"]
-_APP_COLUMNS = ["gpu_uuid", "pid", "used_memory", "process_name"]
-_APP_ALIASES = {"used_gpu_memory": "used_memory", "name": "process_name"}
-
-
 def parse_query_gpu(text: str) -> list[GpuMemory]:
     """`nvidia-smi --query-gpu=index,uuid,memory.used,memory.total,utilization.gpu --format=csv[,noheader][,nounits]`.
 
     With a header row, columns are taken by name, so wider queries (all fields) parse too.
     """
     fmt = "nvidia-smi --query-gpu csv"
-    lines = _lines(text)
-    if not lines:
-        raise ParseError("empty output; expected one CSV row per GPU", format=fmt)
-    rows = _csv_rows(text, fmt, _GPU_COLUMNS, {c: c for c in _GPU_COLUMNS}, "uuid", None)
-    if not rows and not _check_failure(lines, fmt):
+    lines, no_devices = _prepare(text, fmt, "one CSV row per GPU")
+    rows = _csv_rows(lines, fmt, _GPU_COLUMNS, {c: c for c in _GPU_COLUMNS}, "uuid")
+    if not rows and not no_devices:
         raise ParseError("a header but no GPU rows", format=fmt, line=lines[-1][0])
-    return [GpuMemory(index=_int(r.get("index"), fmt, n, "index"),
-                      uuid=_str(r.get("uuid")),
+    return [GpuMemory(index=_int(r.get("index"), fmt, n, "index"), uuid=_str(r.get("uuid")),
                       memory_used_mib=_num(r.get("memory.used"), _MIB, fmt, n, "memory.used"),
                       memory_total_mib=_num(r.get("memory.total"), _MIB, fmt, n, "memory.total"),
                       utilization_pct=_num(r.get("utilization.gpu"), _PCT, fmt, n, "utilization.gpu"))
@@ -226,9 +211,8 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     A row whose pid is unavailable says nothing actionable and is dropped.
     """
     fmt = "nvidia-smi --query-compute-apps csv"
-    known = {c: c for c in _APP_COLUMNS} | _APP_ALIASES
     apps = []
-    for n, r in _csv_rows(text, fmt, _APP_COLUMNS, known, "pid", "process_name"):
+    for n, r in _csv_rows(_prepare(text, fmt, None)[0], fmt, _APP_COLUMNS, _APP_NAMES, "pid", "process_name"):
         pid = _int(r.get("pid"), fmt, n, "pid")
         if pid is not None:
             apps.append(ComputeApp(gpu_uuid=_str(r.get("gpu_uuid")), pid=pid,
@@ -241,45 +225,36 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
 
 def _xtext(elem: ET.Element, path: str) -> str | None:
     found = elem.find(path)
-    if found is None or found.text is None or _absent(found.text):
-        return None
-    return found.text.strip()
+    return None if found is None or _absent(found.text) else found.text.strip()
 
 
 def parse_query_xml(text: str) -> list[GpuDetail]:
     """`nvidia-smi -q -x`: one GpuDetail per <gpu>, with its processes."""
     fmt = "nvidia-smi -q -x"
-    if not text.strip():
-        raise ParseError("empty output; expected an <nvidia_smi_log> document", format=fmt)
-    if text.strip() == _NO_DEVICES:
+    if _prepare(text, fmt, "an <nvidia_smi_log> document")[1] and "<" not in text:
         return []
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
         raise ParseError(f"malformed XML: {exc}", format=fmt, line=exc.position[0]) from None
-    except ValueError as exc:  # e.g. characters the encoder refuses
+    except ValueError as exc:  # characters the encoder refuses
         raise ParseError(f"malformed XML: {exc}", format=fmt) from None
     if root.tag != "nvidia_smi_log":
         raise ParseError(f"expected root element <nvidia_smi_log>, found <{root.tag}>", format=fmt)
     details = []
     for position, gpu in enumerate(root.findall("gpu")):
-        bus_id = gpu.get("id") or _xtext(gpu, "pci/pci_bus_id")
+        bus_id, uuid = gpu.get("id") or _xtext(gpu, "pci/pci_bus_id"), _xtext(gpu, "uuid")
         where = f"gpu {bus_id or position}"
-        uuid = _xtext(gpu, "uuid")
-        apps = []
-        for info in gpu.findall("processes/process_info"):
-            pid = _int(_xtext(info, "pid"), fmt, None, f"{where} process pid")
-            if pid is not None:
-                apps.append(ComputeApp(gpu_uuid=uuid or "", pid=pid,
-                                       used_memory_mib=_num(_xtext(info, "used_memory"), _MIB, fmt, None,
-                                                            f"{where} process used_memory"),
-                                       process_name=_xtext(info, "process_name") or ""))
+        apps = tuple(ComputeApp(gpu_uuid=uuid or "", pid=pid, process_name=_xtext(info, "process_name") or "",
+                                used_memory_mib=_num(_xtext(info, "used_memory"), _MIB, fmt, None,
+                                                     f"{where} process used_memory"))
+                     for info in gpu.findall("processes/process_info")
+                     if (pid := _int(_xtext(info, "pid"), fmt, None, f"{where} process pid")) is not None)
         fb = {k: _num(_xtext(gpu, f"fb_memory_usage/{k}"), _MIB, fmt, None, f"{where} fb_memory_usage/{k}")
               for k in ("total", "used", "free")}
         details.append(GpuDetail(index=position, uuid=uuid, name=_xtext(gpu, "product_name"), bus_id=bus_id,
-                                 memory_total_mib=fb["total"], memory_used_mib=fb["used"],
-                                 memory_free_mib=fb["free"], processes=tuple(apps),
-                                 mig_mode=_xtext(gpu, "mig_mode/current_mig")))
+                                 memory_total_mib=fb["total"], memory_used_mib=fb["used"], memory_free_mib=fb["free"],
+                                 processes=apps, mig_mode=_xtext(gpu, "mig_mode/current_mig")))
     return details
 
 
@@ -303,36 +278,33 @@ def _put(mapping: dict[str, Any], key: str, value: Any) -> None:
 
 def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
     """(line, bus id, nested dict) per `GPU <bus id>` block of `nvidia-smi -q` text."""
-    lines = _lines(text)
-    if not lines:
-        raise ParseError("empty output; expected the NVSMI LOG banner and 'GPU <bus id>' blocks", format=fmt)
-    if _check_failure(lines, fmt):
-        return []
+    lines, no_devices = _prepare(text, fmt, "the NVSMI LOG banner and 'GPU <bus id>' blocks")
     blocks: list[tuple[int, str, dict[str, Any]]] = []
     stack: list[tuple[int, Any]] = []  # (indent of the section line, dict, or list of process records)
-    banner = False
+    banner = no_devices
     for lineno, line in lines:
         indent = len(line) - len(line.lstrip(" "))
         body = line[indent:]
         if indent == 0:
-            gpu = _Q_GPU.fullmatch(body)
-            if gpu:
+            if gpu := _Q_GPU.fullmatch(body):
                 blocks.append((lineno, gpu[1], {"GPU": gpu[1]}))
                 stack = [(-1, blocks[-1][2])]
-            elif _Q_BANNER.fullmatch(body):
+            elif _Q_BANNER.fullmatch(body) or body == _NO_DEVICES:
                 banner = True
             elif not _Q_PAIR.fullmatch(body):  # Timestamp, Driver Version, Attached GPUs ...
-                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {_clip(body)}", format=fmt, line=lineno)
+                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {_clip(body)}",
+                                 format=fmt, line=lineno)
             continue
         if not stack:
             raise ParseError(f"indented line before any 'GPU <bus id>' line: {_clip(body)}", format=fmt, line=lineno)
         while stack[-1][0] >= indent:
             stack.pop()
         parent = stack[-1][1]
-        pair, section = _Q_PAIR.fullmatch(body), _Q_SECTION.fullmatch(body.strip())
-        if not pair and not section:
-            raise ParseError(f"expected 'Name : value' or a section name, found {_clip(body)}", format=fmt, line=lineno)
-        key = (pair["key"] if pair else body).strip()
+        pair = _Q_PAIR.fullmatch(body)
+        if not pair and not _Q_SECTION.fullmatch(body):
+            raise ParseError(f"expected 'Name : value' or a section name, found {_clip(body)}",
+                             format=fmt, line=lineno)
+        key = pair["key"].strip() if pair else body
         if isinstance(parent, list):
             # Processes: flat records, each begun again by a repeated key; the lines
             # indented under "Process ID" belong to the same record
@@ -340,16 +312,14 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
                 parent.append({})
             parent = parent[-1]
         if key == "Processes":
-            records = parent.setdefault("Processes", [])
-            if not isinstance(records, list):
-                records = parent["Processes"] = []
+            if not isinstance(parent.get(key), list):
+                parent[key] = []
             if not pair:  # "Processes : None" has no records
-                stack.append((indent, records))
+                stack.append((indent, parent[key]))
         elif pair:
             _put(parent, key, (pair["value"] or "").strip())
         else:
-            child: dict[str, Any] = {}
-            _put(parent, key, child)
+            _put(parent, key, child := {})
             stack.append((indent, child))
     if not blocks and not banner:
         raise ParseError("no NVSMI LOG banner and no 'GPU <bus id>' line", format=fmt)
@@ -365,29 +335,23 @@ def parse_q_text(text: str) -> list[dict[str, Any]]:
     return [block for _, _, block in _q_blocks(text, "nvidia-smi -q")]
 
 
-def _section(block: dict[str, Any], name: str) -> dict[str, Any]:
-    value = block.get(name)
-    return value if isinstance(value, dict) else {}
-
-
-def _mib(section: dict[str, Any], key: str, fmt: str, line: int, where: str) -> float | None:
-    value = section.get(key)
-    return _num(value if isinstance(value, str) else None, _MIB, fmt, line, f"{where} {key}")
+def _mib(block: dict[str, Any], section: str, key: str, fmt: str, line: int) -> float | None:
+    values = block.get(section)
+    value = values.get(key) if isinstance(values, dict) else None
+    return _num(value if isinstance(value, str) else None, _MIB, fmt, line, f"GPU {block['GPU']} {section} {key}")
 
 
 def parse_memory_report(text: str) -> list[GpuMemoryReport]:
     """`nvidia-smi -q -d MEMORY` (or full -q): FB and BAR1 memory per GPU."""
-    fmt = "nvidia-smi -q -d MEMORY"
+    fmt, fb, bar1 = "nvidia-smi -q -d MEMORY", "FB Memory Usage", "BAR1 Memory Usage"
     reports = []
-    for lineno, bus_id, block in _q_blocks(text, fmt):
-        if not isinstance(block.get("FB Memory Usage"), dict):
-            raise ParseError(f"GPU {bus_id} has no 'FB Memory Usage' section", format=fmt, line=lineno)
-        fb, bar1 = _section(block, "FB Memory Usage"), _section(block, "BAR1 Memory Usage")
-        where = (fmt, lineno, f"GPU {bus_id}")
+    for n, bus_id, block in _q_blocks(text, fmt):
+        if not isinstance(block.get(fb), dict):
+            raise ParseError(f"GPU {bus_id} has no 'FB Memory Usage' section", format=fmt, line=n)
         reports.append(GpuMemoryReport(
-            bus_id=bus_id, fb_total_mib=_mib(fb, "Total", *where), fb_reserved_mib=_mib(fb, "Reserved", *where),
-            fb_used_mib=_mib(fb, "Used", *where), fb_free_mib=_mib(fb, "Free", *where),
-            bar1_total_mib=_mib(bar1, "Total", *where), bar1_used_mib=_mib(bar1, "Used", *where)))
+            bus_id=bus_id, fb_total_mib=_mib(block, fb, "Total", fmt, n), fb_reserved_mib=_mib(block, fb, "Reserved", fmt, n),
+            fb_used_mib=_mib(block, fb, "Used", fmt, n), fb_free_mib=_mib(block, fb, "Free", fmt, n),
+            bar1_total_mib=_mib(block, bar1, "Total", fmt, n), bar1_used_mib=_mib(block, bar1, "Used", fmt, n)))
     return reports
 
 
@@ -395,33 +359,34 @@ def parse_processes_report(text: str) -> list[ProcessEntry]:
     """The Processes section of `nvidia-smi -q`, `-q -d PIDS` or `-q -d COMPUTE`, for every GPU."""
     fmt = "nvidia-smi -q Processes"
     entries = []
-    for lineno, bus_id, block in _q_blocks(text, fmt):
+    for n, bus_id, block in _q_blocks(text, fmt):
         for record in block.get("Processes", []):
             fields = {k: v for k, v in record.items() if isinstance(v, str)}
             if "Process ID" not in fields:
                 raise ParseError(f"GPU {bus_id}: a process record without 'Process ID': {_clip(str(record))}",
-                                 format=fmt, line=lineno)
-            pid = _int(fields["Process ID"], fmt, lineno, "Process ID")
-            if pid is None:
+                                 format=fmt, line=n)
+            if (pid := _int(fields["Process ID"], fmt, n, "Process ID")) is None:
                 continue
             entries.append(ProcessEntry(
                 gpu_bus_id=bus_id, pid=pid, type=_str(fields.get("Type")), name=fields.get("Name", ""),
-                used_memory_mib=_num(fields.get("Used GPU Memory"), _MIB, fmt, lineno, "Used GPU Memory"),
-                gpu_instance_id=_int(fields.get("GPU instance ID"), fmt, lineno, "GPU instance ID"),
-                compute_instance_id=_int(fields.get("Compute instance ID"), fmt, lineno, "Compute instance ID")))
+                used_memory_mib=_num(fields.get("Used GPU Memory"), _MIB, fmt, n, "Used GPU Memory"),
+                gpu_instance_id=_int(fields.get("GPU instance ID"), fmt, n, "GPU instance ID"),
+                compute_instance_id=_int(fields.get("Compute instance ID"), fmt, n, "Compute instance ID")))
     return entries
 
 
 # -- the default `nvidia-smi` table --------------------------------------------------------------
 
-_T_GPU_HEAD = re.compile(r"\|\s*GPU\s+Name\b")
-_T_PROC_HEAD = re.compile(r"\|\s*Processes:")
-_T_MIG_HEAD = re.compile(r"\|\s*MIG devices:")
+_T_HEAD = re.compile(r"\|\s*(?:(GPU\s+Name\b)|(Processes:)|MIG devices:)")
 _T_GPU_ROW = re.compile(r"\|\s*([0-9]+)\s+(.*?)\s+\S+\s*\|\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
                         r"\s.*", re.ASCII)
 _T_MEMORY = re.compile(r"\|[^|]*\|\s*([0-9]+)MiB\s*/\s*([0-9]+)MiB\s*\|.*", re.ASCII)
 _T_PROC_ROW = re.compile(r"\|\s*([0-9]+)\s+(?:(N/A|[0-9]+)\s+(N/A|[0-9]+)\s+)?([0-9]+)\s+([A-Z][A-Z+]*)\s+"
                          r"(.*?)\s+([0-9]+MiB|N/A)\s*\|", re.ASCII)
+
+
+def _optional_int(raw: str | None) -> int | None:
+    return None if raw is None or raw == "N/A" else int(raw)
 
 
 def parse_table(text: str) -> Table:
@@ -431,42 +396,33 @@ def parse_table(text: str) -> Table:
     another PID namespace or left behind by a dead process.
     """
     fmt = "nvidia-smi table"
-    lines = _lines(text)
-    if not lines:
-        raise ParseError("empty output; expected the nvidia-smi table", format=fmt)
-    no_devices = _check_failure(lines, fmt)
+    lines, no_devices = _prepare(text, fmt, "the nvidia-smi table")
     gpus: list[TableGpu] = []
     procs: list[TableProcess] = []
-    state, seen_gpu_panel = "", False
+    panel, in_header, seen_gpu_panel = "", False, False
     for lineno, line in lines:
         line = line.strip()
-        for head, name in ((_T_GPU_HEAD, "gpu"), (_T_PROC_HEAD, "proc"), (_T_MIG_HEAD, "mig")):
-            if head.match(line):
-                state, seen_gpu_panel = name + "-head", seen_gpu_panel or name == "gpu"
-        if state.endswith("-head"):
-            if line.startswith("|="):
-                state = state[:-5]
-            continue
-        if state == "gpu":
-            row, memory = _T_GPU_ROW.fullmatch(line), _T_MEMORY.fullmatch(line)
-            if row:
-                gpus.append(TableGpu(index=int(row[1]), memory_used_mib=None, memory_total_mib=None,
-                                     name=row[2] or None, bus_id=row[3]))
-            elif memory and gpus and gpus[-1].memory_total_mib is None:
+        if head := _T_HEAD.match(line):
+            panel, in_header = "gpu" if head[1] else "proc" if head[2] else "mig", True
+            seen_gpu_panel |= panel == "gpu"
+        if in_header:  # column titles run down to the |===| rule
+            in_header = not line.startswith("|=")
+        elif panel == "gpu":
+            if row := _T_GPU_ROW.fullmatch(line):
+                gpus.append(TableGpu(int(row[1]), None, None, name=row[2] or None, bus_id=row[3]))
+            elif (memory := _T_MEMORY.fullmatch(line)) and gpus and gpus[-1].memory_total_mib is None:
                 gpus[-1] = TableGpu(gpus[-1].index, float(memory[1]), float(memory[2]), gpus[-1].name, gpus[-1].bus_id)
-        elif state == "proc":
-            if not line.startswith("|") or line.startswith("+"):
-                state = ""
+        elif panel == "proc":
+            if not line.startswith("|"):
+                panel = ""
             elif "No running processes found" not in line and line.strip("| "):
-                m = _T_PROC_ROW.fullmatch(line)
-                if not m:
+                if not (m := _T_PROC_ROW.fullmatch(line)):
                     raise ParseError(f"expected a process row '| GPU [GI CI] PID Type Process-name Usage |', "
                                      f"found {_clip(line)}", format=fmt, line=lineno)
                 procs.append(TableProcess(
                     gpu_index=int(m[1]), pid=int(m[4]), type=m[5], process_name=m[6],
                     used_memory_mib=None if m[7] == "N/A" else float(m[7][:-3]),
-                    gpu_instance_id=None if m[2] in (None, "N/A") else int(m[2]),
-                    compute_instance_id=None if m[3] in (None, "N/A") else int(m[3])))
+                    gpu_instance_id=_optional_int(m[2]), compute_instance_id=_optional_int(m[3])))
     if not seen_gpu_panel and not no_devices:
         raise ParseError("no GPU panel ('| GPU  Name ...' header); expected the default nvidia-smi table", format=fmt)
     return Table(gpus=tuple(gpus), processes=tuple(procs))

@@ -1,0 +1,347 @@
+"""The simulated world: `Metrics`, `Cluster`, `Nodes` and `Http` from a scenario, on virtual time.
+
+`SimulatedWorld(scenario, clock)` exposes `.metrics`, `.cluster`, `.nodes`, `.http`,
+`.world_backends()` (a `runbook.backends.base.World`) and `.mutations` (every applied change, in
+order: `{"op": ..., "at": datetime, ...}`; ops are scale, set_container_argv, delete_pod,
+process_killed, process_signalled, container_restarted, gpu_reset, reaction and effect).
+
+It reads `clock.now()` and never sleeps for real: every call first applies the reaction effects
+that have come due, so when the engine sleeps on a `FakeClock` the world moves on. A health
+check against a hung pod advances the clock by its timeout, as a real one would take that long.
+
+Semantics in brief (the scenario format is documented in `runbook.drill.scenario`):
+- metrics: a signal's series filtered by labels (subset match), grouped by `by`, aggregated per
+  the signal; values are step-wise from the points and the reactions' overrides that took
+  effect at or before the time asked (never later than now); unreachable raises.
+- cluster: pods with deterministic uids (uuid5 of namespace/name/generation), container ids
+  (`containerd://` + 64 hex), 10.244.x.y addresses; every mutation accepts `dry_run` (validate,
+  change nothing); a (re)started container is ready `restart_seconds` after it started; a new
+  pod is Pending for its first 5 s.
+- commands: see `sim_commands` (exact argv, real output layouts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import urllib.parse
+from collections.abc import Mapping, Sequence
+
+from runbook.backends.base import (
+    WORKLOAD_KINDS, CommandResult, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, World, Workload,
+)
+from runbook.backends.sim_commands import run_in_pod, run_on_node
+from runbook.backends.sim_state import PodState, WorkloadState, WorldState, flag_value
+from runbook.clock import Clock
+from runbook.drill.scenario import LogEntry, Scenario
+from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound
+
+__all__ = ["SimulatedWorld", "SimMetrics", "SimCluster", "SimNodes", "SimHttp", "flag_value"]
+
+MAX_RANGE_POINTS = 11_000  # Prometheus refuses finer range queries
+
+
+def _utc(t: dt.datetime) -> dt.datetime:
+    if t.tzinfo is None:
+        return t.replace(tzinfo=dt.timezone.utc)
+    return t
+
+
+def _aggregate(kind: str, values: list[float]) -> float:
+    if kind == "max":
+        return max(values)
+    if kind == "min":
+        return min(values)
+    if kind == "avg":
+        return sum(values) / len(values)
+    return sum(values)
+
+
+class SimMetrics:
+    """Signals from the scenario's series; raw PromQL is not simulated."""
+
+    def __init__(self, state: WorldState):
+        self._state = state
+
+    def _check(self) -> None:
+        spec = self._state.scenario.metrics
+        if spec.unreachable:
+            raise BackendUnavailable(f"prometheus at {spec.url} is unreachable: connection refused")
+
+    def _groups(self, signal: str, at: dt.datetime, labels: Mapping[str, str],
+                by: Sequence[str]) -> dict[tuple[tuple[str, str], ...], float]:
+        spec = next((s for s in self._state.scenario.signals if s.name == signal), None)
+        if spec is None:
+            return {}
+        groups: dict[tuple[tuple[str, str], ...], list[float]] = {}
+        for i, series in enumerate(spec.series):
+            if any(series.labels.get(k) != str(v) for k, v in labels.items()):
+                continue
+            value = self._state.signal_value(signal, i, at)
+            if value is None:
+                continue
+            key = tuple((b, series.labels[b]) for b in by if b in series.labels)
+            groups.setdefault(key, []).append(value)
+        return {k: _aggregate(spec.aggregate, v) for k, v in sorted(groups.items())}
+
+    def query(self, signal: str, *, at: dt.datetime, labels: Mapping[str, str] = {},
+              by: Sequence[str] = ()) -> list[Sample]:
+        self._check()
+        now = self._state.tick()
+        at = min(_utc(at), now)
+        return [Sample(labels=dict(k), value=v) for k, v in self._groups(signal, at, labels, by).items()]
+
+    def query_range(self, signal: str, *, start: dt.datetime, end: dt.datetime, step_seconds: float,
+                    labels: Mapping[str, str] = {}, by: Sequence[str] = ()) -> list[Series]:
+        self._check()
+        now = self._state.tick()
+        start, end = _utc(start), _utc(end)
+        if step_seconds <= 0:
+            raise InvalidInput(f"range query step must be > 0, found {step_seconds}")
+        if end < start:
+            raise InvalidInput(f"range query ends ({end.isoformat()}) before it starts ({start.isoformat()})")
+        count = int((end - start).total_seconds() // step_seconds) + 1
+        if count > MAX_RANGE_POINTS:
+            raise InvalidInput(f"range query of {count} points per series exceeds {MAX_RANGE_POINTS}; "
+                               f"use a larger step")
+        series: dict[tuple[tuple[str, str], ...], list[tuple[dt.datetime, float]]] = {}
+        for k in range(count):
+            t = start + dt.timedelta(seconds=k * step_seconds)
+            if t > now:
+                break
+            for key, value in self._groups(signal, t, labels, by).items():
+                series.setdefault(key, []).append((t, value))
+        return [Series(labels=dict(k), points=tuple(v)) for k, v in sorted(series.items())]
+
+
+class SimCluster:
+    def __init__(self, state: WorldState):
+        self._state = state
+
+    # ------------------------------------------------------------------ reads
+
+    def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]:
+        if not selector:
+            raise InvalidInput("listing pods needs a non-empty label selector")
+        now = self._state.tick()
+        pods = [p for p in self._state.pods.values() if p.namespace == namespace
+                and all(p.labels.get(k) == str(v) for k, v in selector.items())]
+        return [p.to_pod(now) for p in sorted(pods, key=lambda p: p.name)]
+
+    def _workload(self, namespace: str, kind: str, name: str) -> WorkloadState:
+        kind = kind.lower()
+        if kind not in WORKLOAD_KINDS:
+            raise InvalidInput(f"unknown workload kind {kind!r} (kinds: {', '.join(WORKLOAD_KINDS)})")
+        w = self._state.workload(namespace, kind, name)
+        if w is None:
+            raise NotFound(f'{kind}s.apps "{name}" not found in namespace {namespace}')
+        return w
+
+    def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
+        now = self._state.tick()
+        return self._workload(namespace, kind, name).to_workload(now)
+
+    def get_node(self, name: str) -> NodeInfo:
+        self._state.tick()
+        node = self._state.nodes.get(name)
+        if node is None:
+            raise NotFound(f'nodes "{name}" not found')
+        return NodeInfo(name=node.name, ready=node.ready, unschedulable=node.unschedulable)
+
+    # ------------------------------------------------------------------ mutations
+
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False) -> Workload:
+        now = self._state.tick()
+        w = self._workload(namespace, kind, name)
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise InvalidInput(f"replicas must be an integer ≥ 0, found {replicas!r}")
+        if dry_run:
+            return dataclasses.replace(w.to_workload(now), replicas=replicas)
+        old = w.replicas
+        self._state.record("scale", workload=w.ref, namespace=namespace, before=old, after=replicas)
+        self._state.scale(w, replicas)
+        self._state.fire("scaled", workload=w.ref, old=old, new=replicas)
+        return w.to_workload(self._state.now())
+
+    def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
+                           command: Sequence[str] | None, args: Sequence[str] | None,
+                           dry_run: bool = False) -> Workload:
+        now = self._state.tick()
+        w = self._workload(namespace, kind, name)
+        w.to_workload(now).container(container)  # NotFound with the known containers
+        for what, value in (("command", command), ("args", args)):
+            if value is not None and (isinstance(value, str) or not all(isinstance(a, str) for a in value)):
+                raise InvalidInput(f"{what} must be a list of strings, found {value!r}")
+        old_command, old_args = w.containers[container]
+        new = (tuple(command) if command is not None else old_command, tuple(args) if args is not None else old_args)
+        if dry_run:
+            containers = dict(w.containers)
+            containers[container] = new
+            preview = WorkloadState(spec=w.spec, replicas=w.replicas, containers=containers, pods=w.pods)
+            return preview.to_workload(now)
+        if new == (old_command, old_args):
+            return w.to_workload(now)
+        self._state.record("set_container_argv", workload=w.ref, namespace=namespace, container=container,
+                           before={"command": list(old_command), "args": list(old_args)},
+                           after={"command": list(new[0]), "args": list(new[1])})
+        w.containers[container] = new
+        for pod in list(w.pods):
+            c = pod.container(container)
+            if c is not None:
+                self._state.restart_container(pod, c, reason="Completed", exit_code=0)
+        self._state.fire("arg_changed", workload=w.ref, container=container,
+                         old_argv=old_command + old_args, new_argv=new[0] + new[1])
+        return w.to_workload(self._state.now())
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
+        self._state.tick()
+        pod = self._pod(namespace, name)
+        if pod.uid != uid:
+            raise Conflict(f"pod {namespace}/{name} has uid {pod.uid}, not {uid}: it was replaced; re-read it")
+        if dry_run:
+            return
+        entry = self._state.record("delete_pod", namespace=namespace, pod=name, uid=uid)
+        entry["replacement_uid"] = self._state.recreate_pod(pod).uid
+        self._state.fire("pod_deleted", pod=name)
+
+    # ------------------------------------------------------------------ exec and logs
+
+    def _pod(self, namespace: str, name: str) -> PodState:
+        pod = self._state.pods.get((namespace, name))
+        if pod is None:
+            raise NotFound(f'pods "{name}" not found in namespace {namespace}')
+        return pod
+
+    def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,
+             timeout: float) -> CommandResult:
+        now = self._state.tick()
+        target = self._pod(namespace, pod)
+        if target.container(container) is None:
+            known = ", ".join(c.name for c in target.containers)
+            raise NotFound(f"container {container} is not valid for pod {pod} (containers: {known})")
+        if not argv:
+            raise InvalidInput("exec needs a command")
+        if target.phase(now) != "Running":
+            raise CommandFailed(f'unable to upgrade connection: container not found ("{container}")')
+        return run_in_pod(self._state, target, container, argv, timeout)
+
+    def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
+             tail_lines: int | None = None, limit_bytes: int | None = None,
+             container: str | None = None) -> list[PodLog]:
+        if not selector:
+            raise InvalidInput("reading logs needs a non-empty label selector")
+        now = self._state.tick()
+        out = []
+        for pod in sorted((p for p in self._state.pods.values() if p.namespace == namespace and
+                           all(p.labels.get(k) == str(v) for k, v in selector.items())), key=lambda p: p.name):
+            name = container or pod.containers[0].name
+            c = pod.container(name)
+            if c is None:
+                continue
+            start = max(now - dt.timedelta(seconds=since_seconds), c.started_at)
+            lines = _log_lines(self._state, pod, name, start, now)
+            if tail_lines is not None:
+                lines = lines[-tail_lines:] if tail_lines > 0 else []
+            text = "".join(line + "\n" for line in lines)
+            truncated = False
+            if limit_bytes is not None and len(text.encode()) > limit_bytes:
+                text = text.encode()[:limit_bytes].decode(errors="ignore")
+                truncated = True
+            out.append(PodLog(pod=pod.name, text=text, truncated=truncated))
+        return out
+
+
+def _log_lines(state: WorldState, pod: PodState, container: str, start: dt.datetime, end: dt.datetime) -> list[str]:
+    timed: list[tuple[dt.datetime, int, str]] = []
+    for order, entry in enumerate(pod.logs):
+        if entry.container not in (None, container):
+            continue
+        for n, t in enumerate(_times(state, entry, end)):
+            if start <= t <= end:
+                timed.append((t, order, _render(entry.text, t, n, pod)))
+    return [text for _, _, text in sorted(timed, key=lambda x: (x[0], x[1]))]
+
+
+def _times(state: WorldState, entry: LogEntry, end: dt.datetime) -> list[dt.datetime]:
+    if entry.at is not None:
+        return [state.at(entry.at)]
+    assert entry.every is not None
+    stop = end
+    if entry.until is not None:
+        stop = min(stop, state.at(entry.until))
+    if entry.id is not None and entry.id in state.stopped_logs:
+        stop = min(stop, state.stopped_logs[entry.id])
+    out, t = [], state.at(entry.from_)
+    step = dt.timedelta(seconds=entry.every)
+    while t <= stop:
+        out.append(t)
+        t += step
+    return out
+
+
+def _render(text: str, t: dt.datetime, n: int, pod: PodState) -> str:
+    t = t.astimezone(dt.timezone.utc)
+    return (text.replace("{ts}", t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z")
+            .replace("{clf}", t.strftime("%d/%b/%Y:%H:%M:%S +0000"))
+            .replace("{n}", str(n)).replace("{pod}", pod.name).replace("{ip}", pod.ip))
+
+
+class SimNodes:
+    def __init__(self, state: WorldState):
+        self._state = state
+
+    def run(self, node: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        self._state.tick()
+        target = self._state.nodes.get(node)
+        if target is None:
+            known = ", ".join(self._state.nodes) or "none"
+            raise NotFound(f"no node {node!r} in the inventory (nodes: {known})")
+        if not argv:
+            raise InvalidInput("a node command needs an argv")
+        return run_on_node(self._state, target, argv, timeout)
+
+
+class SimHttp:
+    """GETs to pod addresses: `/health` answers per the pod's health."""
+
+    def __init__(self, state: WorldState):
+        self._state = state
+
+    def get(self, url: str, *, timeout: float) -> HttpResponse:
+        now = self._state.tick()
+        parts = urllib.parse.urlsplit(url)
+        host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        pod = self._state.pod_by_ip(host)
+        if pod is None:
+            raise BackendUnavailable(f"GET {url}: no route to host {host}")
+        if pod.serving(now) and pod.health == "hang":
+            self._state.wait(timeout)
+            raise BackendUnavailable(f"GET {url} timed out after {timeout:g}s")
+        if port not in pod.listening(now):
+            raise BackendUnavailable(f"GET {url}: connection refused")
+        if pod.health == "error":
+            return HttpResponse(status=503, elapsed_seconds=0.002,
+                                body='{"object":"error","message":"Service Unavailable","code":503}')
+        if parts.path in ("/health", "/ping"):
+            return HttpResponse(status=200, elapsed_seconds=0.004, body="")
+        return HttpResponse(status=404, elapsed_seconds=0.003, body='{"detail":"Not Found"}')
+
+
+class SimulatedWorld:
+    """A scenario's world on `clock`: the four backends over one shared state."""
+
+    def __init__(self, scenario: Scenario, clock: Clock):
+        self.scenario = scenario
+        self.clock = clock
+        self.state = WorldState(scenario, clock)
+        self.metrics = SimMetrics(self.state)
+        self.cluster = SimCluster(self.state)
+        self.nodes = SimNodes(self.state)
+        self.http = SimHttp(self.state)
+
+    @property
+    def mutations(self) -> list[dict[str, object]]:
+        return self.state.mutations
+
+    def world_backends(self) -> World:
+        return World(metrics=self.metrics, cluster=self.cluster, nodes=self.nodes, http=self.http)

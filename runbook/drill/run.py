@@ -1,0 +1,85 @@
+"""Running one drill: a bundled playbook against a scenario's simulated world, on virtual time.
+
+Journals go to the state directory like any incident (ids start with `drill-`, so they never
+count against the cooldowns and budgets of real targets), and the RCA report is written beside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from runbook import journal as journals
+from runbook import settings
+from runbook.clock import FakeClock
+from runbook.drill.scenario import Scenario, build_world, load_scenario
+from runbook.engine.operator import Operator
+from runbook.engine.runner import Engine, RunResult
+from runbook.errors import InvalidInput
+from runbook.loading import validation
+from runbook.locks import MemoryLocks
+from runbook.model.alert import Alert
+from runbook.model.events import Event
+from runbook.model.playbook import Playbook
+from runbook.registry import Registry, default_registry
+from runbook.reporting import rca
+
+
+@dataclasses.dataclass(frozen=True)
+class DrillResult:
+    scenario: Scenario
+    run: RunResult
+    journal: Path
+    report: Path
+
+    def to_json(self) -> dict:
+        refused = next((s for s in self.run.steps if s.status == "refused"), None)
+        return {
+            "incident_id": self.run.incident, "scenario": self.scenario.name, "playbook": self.run.playbook,
+            "outcome": self.run.outcome, "expect": self.scenario.expect,
+            "as_expected": self.run.outcome == self.scenario.expect, "reason": self.run.reason,
+            "refused": {"step": refused.id, "guard": refused.guard, "reason": refused.result.get("reason")}
+            if refused else None,
+            "journal": str(self.journal), "rca": str(self.report),
+            "actions": [a.to_json() for a in self.run.actions],
+            "steps": [{"id": s.id, "uses": s.uses, "status": s.status, "summary": s.summary} for s in self.run.steps],
+        }
+
+
+def bundled_playbook(name: str, registry: Registry) -> Playbook:
+    path = validation.bundled_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise InvalidInput(f"the scenario names playbook {name!r}, which is not bundled")
+    loaded = validation.load_playbook_file(path, registry, label=f"<bundled>/{name}.yaml")
+    if loaded.playbook is None:
+        raise InvalidInput(f"the bundled playbook {name} is invalid: "
+                           + "; ".join(p.format() for p in loaded.problems))
+    return loaded.playbook
+
+
+def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = False,
+              on_event: Callable[[Event], None] | None = None, registry: Registry | None = None,
+              on_start: Callable[[Scenario, Playbook, str], None] | None = None) -> DrillResult:
+    registry = registry or default_registry()
+    scenario = load_scenario(name)
+    playbook = bundled_playbook(scenario.playbook, registry)
+    clock = FakeClock(scenario.t0)
+    world = build_world(scenario, clock)
+    incident = journals.new_incident_id(scenario.t0, playbook.name, drill=True)
+    journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
+    if on_event is not None:
+        journal.subscribe(on_event)
+    if on_start is not None:
+        on_start(scenario, playbook, incident)
+    engine = Engine(registry=registry, world=world.world_backends(), clock=clock, journal=journal,
+                    operator=operator, locks=MemoryLocks(), history=journals.History(None, extra=journal),
+                    dry_run=dry_run, kill_switch=lambda: settings.kill_switch(state), holder="runbook drill")
+    alert = Alert(source=scenario.alert.source, name=scenario.alert.name, labels=dict(scenario.alert.labels),
+                  annotations=dict(scenario.alert.annotations), starts_at=scenario.t0)
+    try:
+        result = engine.run(playbook, alert=alert, params=scenario.params)
+    finally:
+        journal.close()
+    report = rca.write_report(journal.path, journal.path.parent / "rca.md")
+    return DrillResult(scenario, result, journal.path, report)

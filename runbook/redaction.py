@@ -1,0 +1,241 @@
+"""Secrets never reach the journal: scrub tokens, passwords and keys from text and structures.
+`redact` walks dicts, lists and tuples by key; `redact_text` masks what free text gives away."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["REDACTED", "looks_secret", "redact", "redact_text"]
+
+REDACTED = "[REDACTED]"
+
+# A key is read as segments (HF_TOKEN, x-api-key, apiKey -> hf/token, x/api/key, api/key) and a
+# secret word must be a whole segment, so `num_tokens`, `prompt_tokens` and `tokenizer` are not.
+_SECRET_SEGMENTS = frozenset({
+    "token", "secret", "secrets", "password", "passwords", "passwd", "pwd", "passphrase",
+    "apikey", "apikeys", "authorization", "auth", "credential", "credentials",
+    "privatekey", "accesskey", "cookie", "cookies", "session", "sessionid",
+})
+_SECRET_PAIRS = frozenset({
+    ("api", "key"), ("api", "keys"), ("private", "key"), ("private", "keys"),
+    ("access", "key"), ("access", "keys"),
+})
+# Glued words still give themselves away by their ending: hftoken, dbpassword, mysqlpasswd.
+_SECRET_SUFFIXES = ("token", "password", "passwd", "secret", "apikey")
+# A trailing qualifier makes the key about the secret, not the secret itself: token_count,
+# secret_name, password_file, auth_type, session_timeout.
+_QUALIFIERS = frozenset({
+    "count", "counts", "num", "number", "len", "length", "size", "limit", "limits", "max", "min",
+    "total", "usage", "budget", "type", "kind", "ref", "name", "names", "file", "path", "dir",
+    "url", "uri", "endpoint", "ttl", "timeout", "expiry", "expires", "enabled", "required", "mode",
+})
+
+
+def _segments(key: str) -> list[str]:
+    key = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", key)  # apiKey -> api_Key
+    key = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", key)  # APIKey -> API_Key
+    return [s for s in re.split(r"[^a-z0-9]+", key.lower()) if s]
+
+
+def looks_secret(key: str) -> bool:
+    """Whether a key, variable or flag name (PAGERDUTY_API_TOKEN, x-api-key, --token) names a secret."""
+    segments = _segments(key)
+    if not segments or segments[-1] in _QUALIFIERS:
+        return False
+    if any(s in _SECRET_SEGMENTS or s.endswith(_SECRET_SUFFIXES) for s in segments):
+        return True
+    return any(pair in _SECRET_PAIRS for pair in zip(segments, segments[1:]))
+
+
+# --- text ----------------------------------------------------------------------------------------
+
+_PEM = re.compile(
+    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S
+)
+# The whole credential after an Authorization header, whatever its scheme; the scheme stays
+# readable because "which kind of auth was sent" is useful in an incident.
+_AUTH_HEADER = re.compile(
+    r"""(?ix)
+    \b((?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?)
+    ((?:bearer|basic|digest|token|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]+)?
+    (\[REDACTED\]|[^\s"',;]+)
+    """
+)
+# "Bearer <token>" anywhere; a few short words that follow it in prose stay (all under 8 letters).
+_BEARER = re.compile(
+    r"(?i)\b(bearer[ \t]+)(?!(?:token|tokens|auth|scheme|header)\b)([A-Za-z0-9\-._~+/]+=*)"
+)
+_BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/:@]*):([^\s/@]+)@")
+# KEY=value, export KEY=value, KEY: value, "KEY": "value", --key=value and, for dashed flags
+# only, `--key value`; a value never spans lines. Whether KEY is secret is decided in code.
+_KEY_VALUE = re.compile(
+    r"""(?x)
+    (?<![\w.\-])
+    (?P<key>(?P<dash>--?)?[A-Za-z_][\w.\-]*)
+    (?P<sep>
+        ["']?[ \t]*[:=][ \t]*
+      | (?(dash)[ \t]+(?=[^\s\-])|(?!))
+    )
+    (?P<value>
+        "(?:[^"\\\n]|\\.)*"
+      | '[^'\n]*'
+      | \$\([A-Za-z_]\w*\) | \$\{[A-Za-z_]\w*\}
+      | \$\([^)\n]*\)? | \$\{[^}\n]*\}?
+      | \[REDACTED\]
+      | [^\s"',;&)}]+
+    )
+    """
+)
+# Shapes that are secrets wherever they appear, whatever the key (or none) in front of them.
+_TOKEN_SHAPES = re.compile(
+    r"""(?x)
+    (?<![A-Za-z0-9_])
+    (?:
+        gh[pousr]_[A-Za-z0-9]{20,}
+      | github_pat_[A-Za-z0-9_]{20,}
+      | xox[bpoasr]-[A-Za-z0-9\-]{10,}
+      | (?:AKIA|ASIA)[0-9A-Z]{16}
+      | sk-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{17,}
+      | hf_[A-Za-z0-9]{16,}
+      | AIza[0-9A-Za-z_\-]{35}
+      | eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*
+    )
+    (?![A-Za-z0-9])
+    """
+)
+
+
+_REFERENCE = re.compile(r"\$\([A-Za-z_]\w*\)|\$\{[A-Za-z_]\w*\}")
+
+
+def _looks_base64(text: str) -> bool:
+    # "Basic <b64>" but not "Basic troubleshooting": base64 of user:pass has digits, +, /, = or
+    # capitals inside the word, which English after "Basic" rarely does.
+    return bool(re.search(r"[0-9+/=]", text) or (re.search(r".[A-Z]", text) and re.search(r"[a-z]", text)))
+
+
+def _mask_pem(m: re.Match[str]) -> str:
+    kind = m[1]
+    return f"-----BEGIN {kind}PRIVATE KEY-----{REDACTED}-----END {kind}PRIVATE KEY-----"
+
+
+def _mask_basic(m: re.Match[str]) -> str:
+    return m[1] + REDACTED if _looks_base64(m[2]) else m[0]
+
+
+def _mask_key_values(text: str) -> str:
+    # A manual scan, not re.sub: when a key is not secret we resume right after the key, so a
+    # secret inside its value (`--set=db.password=x`, `url=...?token=x`) is still found.
+    parts: list[str] = []
+    done = pos = 0
+    while (m := _KEY_VALUE.search(text, pos)) is not None:
+        key, value = m["key"], m["value"]
+        segments = _segments(key)
+        secret = looks_secret(key) and segments[-1] != "authorization"  # the header rule owns those
+        if not secret or _REFERENCE.fullmatch(value) or value in ('""', "''"):
+            # References like $(HF_TOKEN) name a secret without holding one.
+            pos = m.end("key")
+            continue
+        if value[0] in "\"'":
+            masked = value[0] + REDACTED + value[0]
+        else:
+            masked = REDACTED
+        parts += [text[done : m.start("value")], masked]
+        done = pos = m.end()
+    parts.append(text[done:])
+    return "".join(parts)
+
+
+def redact_text(text: str) -> str:
+    """`text` with every secret it shows replaced by REDACTED; idempotent."""
+    if not text:
+        return text
+    # Order matters: Bearer/Basic before KEY=value so `--token Bearer x` loses both words, and
+    # the Authorization rule last, so its greedy credential cannot swallow a `password:` key.
+    text = _PEM.sub(_mask_pem, text)
+    text = _BEARER.sub(lambda m: m[1] + REDACTED, text)
+    text = _BASIC.sub(_mask_basic, text)
+    text = _URL_CREDENTIALS.sub(lambda m: f"{m[1]}{m[2]}:{REDACTED}@", text)
+    text = _mask_key_values(text)
+    text = _AUTH_HEADER.sub(lambda m: m[1] + (m[2] or "") + REDACTED, text)
+    return _TOKEN_SHAPES.sub(REDACTED, text)
+
+
+# --- structures ----------------------------------------------------------------------------------
+
+
+def _mask(value: Any) -> Any:
+    # Nothing to hide in an absent or empty value, or a flag; showing it helps the diagnosis.
+    if value is None or value == "" or isinstance(value, bool):
+        return value
+    return REDACTED
+
+
+def _secret_flag(item: object) -> bool:
+    return (
+        isinstance(item, str)
+        and item.startswith("-")
+        and "=" not in item
+        and not any(c.isspace() for c in item)
+        and looks_secret(item)
+    )
+
+
+def _redact_mapping(value: Mapping[Any, Any]) -> dict[Any, Any]:
+    # A Kubernetes env entry hides its secret under "value": {"name": "HF_TOKEN", "value": "hf_..."}.
+    name = value.get("name")
+    named_secret = isinstance(name, str) and looks_secret(name)
+    out: dict[Any, Any] = {}
+    for key, item in value.items():
+        if (isinstance(key, str) and looks_secret(key)) or (named_secret and key == "value"):
+            out[key] = _mask(item)
+        else:
+            out[key] = redact(item)
+    return out
+
+
+def _redact_sequence(value: list[Any] | tuple[Any, ...]) -> list[Any] | tuple[Any, ...]:
+    items = list(value)
+    out: list[Any] = []
+    # A secret flag's value is the next element of an argv: ["--api-key", "sk-..."]; and a
+    # pair like ("X-Api-Key", "abc") is a header.
+    pair = len(items) == 2 and isinstance(items[0], str) and looks_secret(items[0])
+    mask_next = False
+    for i, item in enumerate(items):
+        if (mask_next and not (isinstance(item, str) and item.startswith("-"))) or (pair and i == 1):
+            out.append(_mask(item))
+        else:
+            out.append(redact(item))
+        mask_next = _secret_flag(item)
+    if isinstance(value, list):
+        return out if type(value) is list else _rebuild(value, out)
+    if type(value) is tuple:
+        return tuple(out)
+    if hasattr(value, "_fields"):  # a namedtuple takes its fields positionally
+        return type(value)(*out)
+    return _rebuild(value, out)
+
+
+def _rebuild(value: Any, items: Any) -> Any:
+    try:
+        return type(value)(items)
+    except TypeError:
+        return items
+
+
+def redact(value: Any) -> Any:
+    """`value` with secrets replaced: dicts by key (keys kept), lists/tuples/sets item by item
+    (same type back), strings through `redact_text`; anything else is returned unchanged."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        out = _redact_mapping(value)
+        return out if type(value) is dict or not isinstance(value, dict) else _rebuild(value, out)
+    if isinstance(value, (list, tuple)):
+        return _redact_sequence(value)
+    if isinstance(value, (set, frozenset)):
+        return type(value)(redact(item) for item in value)
+    return value
