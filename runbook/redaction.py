@@ -64,8 +64,10 @@ _AUTH_HEADER = re.compile(
     """
 )
 # "Bearer <token>" anywhere; a few short words that follow it in prose stay (all under 8 letters).
+# The credential is the whole run of non-blanks, not just RFC 6750 characters, so a stray
+# `Bearer HF_TOKEN=x` cannot stop the match at "=" and leave x behind.
 _BEARER = re.compile(
-    r"(?i)\b(bearer[ \t]+)(?!(?:token|tokens|auth|scheme|header)\b)([A-Za-z0-9\-._~+/]+=*)"
+    r"(?i)\b(bearer[ \t]+)(?!(?:token|tokens|auth|scheme|header)(?![^\s\"',;]))([^\s\"',;]+)"
 )
 _BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 _URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/:@]*):([^\s/@]+)@")

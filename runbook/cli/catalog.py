@@ -43,16 +43,15 @@ def validate(paths: tuple[str, ...], output: str) -> None:
     if output == "json":
         print_json([p.to_json() for p in problems])
     else:
-        console = stderr_console() if problems else stdout_console()
+        # Plain echo, not rich: a location must never be wrapped across lines.
         for result in results:
             if result.problems:
-                console.print(format_report(list(result.problems), file_label=result.file), markup=False)
+                click.echo(format_report(list(result.problems), file_label=result.file), err=True)
             else:
-                stdout_console().print(f"ok  {result.file}  ({result.playbook.name}, {len(result.playbook.steps)} steps)",
-                                       markup=False, highlight=False)
+                click.echo(f"ok  {result.file}  ({result.playbook.name}, {len(result.playbook.steps)} steps)")
         if problems:
             bad = sum(1 for r in results if r.problems)
-            console.print(f"{bad} of {len(results)} playbook(s) invalid, {len(problems)} problem(s)", markup=False)
+            click.echo(f"{bad} of {len(results)} playbook(s) invalid, {len(problems)} problem(s)", err=True)
     if problems:
         raise SystemExit(int(ExitCode.INVALID))
 

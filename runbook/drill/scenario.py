@@ -89,7 +89,8 @@ signals:
     help: what it is
     series:
       - labels: {namespace: llm, pod: vllm-server-0}
-        points: [[-1d, 0], [-5m, 3], [0, 7]]   # step-wise: a value holds until the next point
+        points: [[-1d, 0], [-5m, 3], [0, 7]]   # step-wise: a value holds until the next point;
+                                                # null: no sample from then (a scrape that fails)
 
 reactions:                        # how the world answers remediations
   - name: lower-max-model-len-stops-ooms
@@ -357,7 +358,7 @@ class ExtraPod(_Model):
 
 class SignalSeries(_Model):
     labels: Labels = {}
-    points: list[tuple[Offset, float]] = pydantic.Field(min_length=1)
+    points: list[tuple[Offset, float | None]] = pydantic.Field(min_length=1)  # None: no sample (stale)
 
     @pydantic.model_validator(mode="after")
     def _sorted(self) -> SignalSeries:
@@ -447,7 +448,7 @@ class Effect(_Model):
     signal: str | None = None
     labels: Labels = {}
     value: float | None = None
-    points: list[tuple[Duration, float]] | None = None
+    points: list[tuple[Duration, float | None]] | None = None
     absent: bool = False
     pod: str | None = None
     ready: bool | None = None

@@ -123,8 +123,11 @@ def _check_steps(data: Mapping[str, Any], positions: Positions, file: str, regis
     params = data.get("params") if isinstance(data.get("params"), Mapping) else {}
     known_params = set(params or {})
 
-    def add(slug: str, path: tuple, message: str, hint: str = "") -> None:
-        _, position = positions.nearest(path)
+    def add(slug: str, path: tuple, message: str, hint: str = "", *, at_value: bool = False) -> None:
+        # A wrong value is pointed at where the value starts; anything else at its key.
+        position = positions.value(path) if at_value else None
+        if position is None:
+            _, position = positions.nearest(path)
         problems.append(problem(slug, file=file, position=position, path=path_to_str(path), message=message, hint=hint))
 
     def check_template(text: str, path: tuple, earlier: set[str], *, expression: bool = False) -> None:
@@ -172,7 +175,7 @@ def _check_steps(data: Mapping[str, Any], positions: Positions, file: str, regis
             spec = registry.get(uses)
             if spec is None:
                 add("unknown-action", ("steps", index, "uses"), f"no action named `{uses}`",
-                    did_you_mean(uses, registry.names()) + " (`runbook actions` lists them)")
+                    did_you_mean(uses, registry.names()) + " (`runbook actions` lists them)", at_value=True)
             elif isinstance(with_, Mapping):
                 problems.extend(_check_params(spec.params, with_, positions, file, ("steps", index, "with")))
         if isinstance(step_id, str):

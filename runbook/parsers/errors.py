@@ -23,5 +23,11 @@ class ParseError(RunbookError):
         return (_rebuild, (type(self), self.reason, self.format, self.line))
 
 
+def quote(text: str, width: int = 120) -> str:
+    """The offending input as it goes into a message: stripped, repr-quoted, cut at `width` characters."""
+    text = text.strip()
+    return repr(text if len(text) <= width else text[:width] + "...")
+
+
 def _rebuild(cls: type[ParseError], message: str, format: str, line: int | None) -> ParseError:
     return cls(message, format=format, line=line)

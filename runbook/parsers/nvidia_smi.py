@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from typing import Any
 
-from runbook.parsers.errors import ParseError
+from runbook.parsers.errors import ParseError, quote
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 # nvidia-smi writes "[N/A]" in CSV and XML, bare "N/A" in -q text and the table; any bracketed
@@ -34,9 +34,8 @@ class GpuMemory:
 
     @property
     def memory_used_ratio(self) -> float | None:
-        if self.memory_used_mib is None or not self.memory_total_mib:
-            return None
-        return self.memory_used_mib / self.memory_total_mib
+        known = self.memory_used_mib is not None and self.memory_total_mib
+        return self.memory_used_mib / self.memory_total_mib if known else None
 
 
 @dataclass(frozen=True)
@@ -109,22 +108,14 @@ class Table:
 
 
 def _prepare(text: str, fmt: str, expected: str | None) -> tuple[list[tuple[int, str]], bool]:
-    """(numbered non-blank lines, "No devices were found"); raises on nvidia-smi's own failure messages.
-
-    `expected` describes real output, for the error on empty text; None when empty output is valid.
-    """
+    """(numbered non-blank lines, said "No devices were found"); `expected`=None lets empty text pass."""
     lines = [(n, line.rstrip()) for n, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]
     if not lines and expected:
         raise ParseError(f"empty output; expected {expected}", format=fmt)
     for lineno, line in lines:
         if line.strip().startswith(_FAILURES):
-            raise ParseError(f"nvidia-smi reported an error: {_clip(line)}", format=fmt, line=lineno)
+            raise ParseError(f"nvidia-smi reported an error: {quote(line)}", format=fmt, line=lineno)
     return lines, any(line.strip() == _NO_DEVICES for _, line in lines)
-
-
-def _clip(line: str, width: int = 120) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= width else line[:width] + "...")
 
 
 def _absent(raw: str | None) -> bool:
@@ -137,7 +128,7 @@ def _num(raw: str | None, units: dict[str, float], fmt: str, line: int | None, f
     m = _QUANTITY.fullmatch(raw.strip())
     if not m or m[2] not in units:
         expected = "/".join(u for u in units if u) or "a number"
-        raise ParseError(f"{field}: expected a number ({expected}), found {_clip(raw)}", format=fmt, line=line)
+        raise ParseError(f"{field}: expected a number ({expected}), found {quote(raw)}", format=fmt, line=line)
     return float(m[1]) * units[m[2]]
 
 
@@ -145,7 +136,7 @@ def _int(raw: str | None, fmt: str, line: int | None, field: str) -> int | None:
     if _absent(raw):
         return None
     if not _INT.fullmatch(raw.strip()):
-        raise ParseError(f"{field}: expected an integer, found {_clip(raw)}", format=fmt, line=line)
+        raise ParseError(f"{field}: expected an integer, found {quote(raw)}", format=fmt, line=line)
     return int(raw.strip())
 
 
@@ -153,8 +144,7 @@ def _str(raw: str | None) -> str:
     return "" if _absent(raw) else raw.strip()
 
 
-# -- --query-gpu / --query-compute-apps CSV ------------------------------------------------------
-
+# -- --query-gpu / --query-compute-apps CSV ---------------------------------------------------------
 _HEADER_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?", re.ASCII)
 _GPU_COLUMNS = ["index", "uuid", "memory.used", "memory.total", "utilization.gpu"]
 _APP_COLUMNS = ["gpu_uuid", "pid", "used_memory", "process_name"]
@@ -173,7 +163,7 @@ def _csv_rows(lines: list[tuple[int, str]], fmt: str, positional: list[str], kno
         if all(names) and any(m[1] in known for m in names):  # a header: every field a property name
             columns, header_line = [known.get(m[1], m[1]) for m in names], lineno
             if required not in columns:
-                raise ParseError(f"header has no {required!r} column: {_clip(line)}", format=fmt, line=lineno)
+                raise ParseError(f"header has no {required!r} column: {quote(line)}", format=fmt, line=lineno)
             continue
         if len(raw) > len(columns) and free in columns:
             # nvidia-smi does not quote: commas in a process name spill into extra fields
@@ -182,7 +172,7 @@ def _csv_rows(lines: list[tuple[int, str]], fmt: str, positional: list[str], kno
         if len(raw) != len(columns):
             source = f"the header on line {header_line}" if header_line else "the default query"
             raise ParseError(f"expected {len(columns)} comma-separated fields ({', '.join(columns)}) "
-                             f"as in {source}, found {len(raw)}: {_clip(line)}", format=fmt, line=lineno)
+                             f"as in {source}, found {len(raw)}: {quote(line)}", format=fmt, line=lineno)
         rows.append((lineno, {c: v.strip() for c, v in zip(columns, raw)}))
     return rows
 
@@ -221,8 +211,7 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     return apps
 
 
-# -- nvidia-smi -q -x ----------------------------------------------------------------------------
-
+# -- nvidia-smi -q -x -------------------------------------------------------------------------------
 def _xtext(elem: ET.Element, path: str) -> str | None:
     found = elem.find(path)
     return None if found is None or _absent(found.text) else found.text.strip()
@@ -258,8 +247,7 @@ def parse_query_xml(text: str) -> list[GpuDetail]:
     return details
 
 
-# -- nvidia-smi -q (text, any -d) ----------------------------------------------------------------
-
+# -- nvidia-smi -q (text, any -d) -------------------------------------------------------------------
 _Q_BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
 _Q_GPU = re.compile(r"GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)", re.ASCII)
 _Q_PAIR = re.compile(r"(?P<key>[A-Za-z0-9][^:]*?)\s+:(?:\s(?P<value>.*))?")
@@ -268,12 +256,8 @@ _Q_SECTION = re.compile(r"[A-Za-z0-9][A-Za-z0-9 .,/()_+#&'-]*")
 
 def _put(mapping: dict[str, Any], key: str, value: Any) -> None:
     # a key printed twice at one level (MIG Device, ...) keeps every value, in order
-    if key not in mapping:
-        mapping[key] = value
-    elif isinstance(mapping[key], list):
-        mapping[key].append(value)
-    else:
-        mapping[key] = [mapping[key], value]
+    old = mapping.get(key)
+    mapping[key] = value if key not in mapping else [*old, value] if isinstance(old, list) else [old, value]
 
 
 def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
@@ -292,17 +276,17 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
             elif _Q_BANNER.fullmatch(body) or body == _NO_DEVICES:
                 banner = True
             elif not _Q_PAIR.fullmatch(body):  # Timestamp, Driver Version, Attached GPUs ...
-                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {_clip(body)}",
+                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {quote(body)}",
                                  format=fmt, line=lineno)
             continue
         if not stack:
-            raise ParseError(f"indented line before any 'GPU <bus id>' line: {_clip(body)}", format=fmt, line=lineno)
+            raise ParseError(f"indented line before any 'GPU <bus id>' line: {quote(body)}", format=fmt, line=lineno)
         while stack[-1][0] >= indent:
             stack.pop()
         parent = stack[-1][1]
         pair = _Q_PAIR.fullmatch(body)
         if not pair and not _Q_SECTION.fullmatch(body):
-            raise ParseError(f"expected 'Name : value' or a section name, found {_clip(body)}",
+            raise ParseError(f"expected 'Name : value' or a section name, found {quote(body)}",
                              format=fmt, line=lineno)
         key = pair["key"].strip() if pair else body
         if isinstance(parent, list):
@@ -363,7 +347,7 @@ def parse_processes_report(text: str) -> list[ProcessEntry]:
         for record in block.get("Processes", []):
             fields = {k: v for k, v in record.items() if isinstance(v, str)}
             if "Process ID" not in fields:
-                raise ParseError(f"GPU {bus_id}: a process record without 'Process ID': {_clip(str(record))}",
+                raise ParseError(f"GPU {bus_id}: a process record without 'Process ID': {quote(str(record))}",
                                  format=fmt, line=n)
             if (pid := _int(fields["Process ID"], fmt, n, "Process ID")) is None:
                 continue
@@ -375,8 +359,7 @@ def parse_processes_report(text: str) -> list[ProcessEntry]:
     return entries
 
 
-# -- the default `nvidia-smi` table --------------------------------------------------------------
-
+# -- the default `nvidia-smi` table -----------------------------------------------------------------
 _T_HEAD = re.compile(r"\|\s*(?:(GPU\s+Name\b)|(Processes:)|MIG devices:)")
 _T_GPU_ROW = re.compile(r"\|\s*([0-9]+)\s+(.*?)\s+\S+\s*\|\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
                         r"\s.*", re.ASCII)
@@ -385,15 +368,10 @@ _T_PROC_ROW = re.compile(r"\|\s*([0-9]+)\s+(?:(N/A|[0-9]+)\s+(N/A|[0-9]+)\s+)?([
                          r"(.*?)\s+([0-9]+MiB|N/A)\s*\|", re.ASCII)
 
 
-def _optional_int(raw: str | None) -> int | None:
-    return None if raw is None or raw == "N/A" else int(raw)
-
-
 def parse_table(text: str) -> Table:
     """The default `nvidia-smi` table: per-GPU memory use and the process panel.
 
-    Memory in use with an empty process panel is the signature of a context held from
-    another PID namespace or left behind by a dead process.
+    Memory in use under an empty process panel: a context held from another PID namespace, or leaked.
     """
     fmt = "nvidia-smi table"
     lines, no_devices = _prepare(text, fmt, "the nvidia-smi table")
@@ -418,11 +396,11 @@ def parse_table(text: str) -> Table:
             elif "No running processes found" not in line and line.strip("| "):
                 if not (m := _T_PROC_ROW.fullmatch(line)):
                     raise ParseError(f"expected a process row '| GPU [GI CI] PID Type Process-name Usage |', "
-                                     f"found {_clip(line)}", format=fmt, line=lineno)
+                                     f"found {quote(line)}", format=fmt, line=lineno)
                 procs.append(TableProcess(
                     gpu_index=int(m[1]), pid=int(m[4]), type=m[5], process_name=m[6],
                     used_memory_mib=None if m[7] == "N/A" else float(m[7][:-3]),
-                    gpu_instance_id=_optional_int(m[2]), compute_instance_id=_optional_int(m[3])))
+                    gpu_instance_id=_int(m[2], fmt, lineno, "GI"), compute_instance_id=_int(m[3], fmt, lineno, "CI")))
     if not seen_gpu_panel and not no_devices:
         raise ParseError("no GPU panel ('| GPU  Name ...' header); expected the default nvidia-smi table", format=fmt)
     return Table(gpus=tuple(gpus), processes=tuple(procs))

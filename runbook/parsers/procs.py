@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runbook.parsers.errors import ParseError
+from runbook.parsers.errors import ParseError, quote
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 # a pasted terminal session keeps its prompt lines; they are not output
@@ -21,11 +21,6 @@ def _lines(text: str) -> list[tuple[int, str]]:
     """Non-blank lines that are not shell prompts, with their 1-based numbers."""
     return [(n, line.rstrip()) for n, line in enumerate(_NEWLINE.split(text), 1)
             if line.strip() and not _PROMPT.match(line)]
-
-
-def _clip(line: str, width: int = 120) -> str:
-    line = line.strip()
-    return repr(line if len(line) <= width else line[:width] + "...")
 
 
 @dataclass(frozen=True)
@@ -68,7 +63,7 @@ def _elapsed(raw: str | None, line: int) -> int | None:
         return int(raw)
     m = _ETIME.fullmatch(raw)
     if not m:
-        raise ParseError(f"ELAPSED: expected seconds or [[dd-]hh:]mm:ss, found {_clip(raw)}",
+        raise ParseError(f"ELAPSED: expected seconds or [[dd-]hh:]mm:ss, found {quote(raw)}",
                          format=_PS_FORMAT, line=line)
     days, hours, minutes, seconds = (int(g) if g else 0 for g in m.groups())
     return ((days * 24 + hours) * 60 + minutes) * 60 + seconds
@@ -84,9 +79,9 @@ def _ps_header(line: str) -> list[str] | None:
 def _ps_row(fields: dict[str, str], line: int) -> Process:
     pid, ppid = fields.get("pid", ""), fields.get("ppid")
     if not _INT.fullmatch(pid):
-        raise ParseError(f"PID: expected an integer, found {_clip(pid)}", format=_PS_FORMAT, line=line)
+        raise ParseError(f"PID: expected an integer, found {quote(pid)}", format=_PS_FORMAT, line=line)
     if ppid is not None and ppid != "-" and not _INT.fullmatch(ppid):
-        raise ParseError(f"PPID: expected an integer, found {_clip(ppid)}", format=_PS_FORMAT, line=line)
+        raise ParseError(f"PPID: expected an integer, found {quote(ppid)}", format=_PS_FORMAT, line=line)
     return Process(pid=int(pid), ppid=int(ppid) if ppid and ppid != "-" else None,
                    stat=fields.get("stat", ""), elapsed_seconds=_elapsed(fields.get("elapsed"), line),
                    args=fields.get("args", ""))
@@ -110,7 +105,7 @@ def parse_ps(text: str) -> list[Process]:
             values = line.split(None, len(header) - 1)
             if len(values) < len(header) - 1:
                 raise ParseError(f"expected {len(header)} columns as in the header, found {len(values)}: "
-                                 f"{_clip(line)}", format=_PS_FORMAT, line=lineno)
+                                 f"{quote(line)}", format=_PS_FORMAT, line=lineno)
             processes.append(_ps_row(dict(zip(header, values)), lineno))
         elif m := _AUX_ROW.fullmatch(line):
             processes.append(_ps_row({"pid": m[1], "stat": m[2], "args": m[3] or ""}, lineno))
@@ -119,7 +114,7 @@ def parse_ps(text: str) -> list[Process]:
                                       "args": m[5] or ""}, lineno))
         else:
             raise ParseError(f"expected a `ps` header, a `ps aux` row or a `pid ppid stat etimes args` row, "
-                             f"found {_clip(line)}", format=_PS_FORMAT, line=lineno)
+                             f"found {quote(line)}", format=_PS_FORMAT, line=lineno)
     return processes
 
 
@@ -153,12 +148,12 @@ def parse_fuser(text: str) -> list[FuserEntry]:
             only_path = _FUSER_PATH.fullmatch(line)  # long names are printed alone on their line
             if only_path is None:
                 raise ParseError(f"expected 'PATH: USER PID ACCESS COMMAND' or an indented continuation, "
-                                 f"found {_clip(line)}", format=_FUSER_FORMAT, line=lineno)
+                                 f"found {quote(line)}", format=_FUSER_FORMAT, line=lineno)
             path = only_path[1]
             continue
         path = row["path"] or path
         if path is None:
-            raise ParseError(f"continuation line before any 'PATH:' line: {_clip(line)}",
+            raise ParseError(f"continuation line before any 'PATH:' line: {quote(line)}",
                              format=_FUSER_FORMAT, line=lineno)
         if row["pid"] != "kernel":
             entries.append(FuserEntry(path=path, user=row["user"], pid=int(row["pid"]),
@@ -187,7 +182,7 @@ def parse_cgroup(text: str) -> str | None:
     for lineno, line in _lines(text):
         m = _CGROUP_LINE.fullmatch(line.strip())
         if m is None:
-            raise ParseError(f"expected 'hierarchy-id:controllers:path', found {_clip(line)}",
+            raise ParseError(f"expected 'hierarchy-id:controllers:path', found {quote(line)}",
                              format=_CGROUP_FORMAT, line=lineno)
         if found is not None:
             continue
@@ -205,6 +200,6 @@ def normalize_container_id(container_id: str) -> str:
     raw = container_id.strip()
     bare = raw.split("://", 1)[1] if "://" in raw else raw
     if not _HEX64.fullmatch(bare.lower()):
-        raise ParseError(f"expected '<runtime>://<64 hex digits>' or 64 hex digits, found {_clip(raw)}",
+        raise ParseError(f"expected '<runtime>://<64 hex digits>' or 64 hex digits, found {quote(raw)}",
                          format="container id")
     return bare.lower()

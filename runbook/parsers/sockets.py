@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from runbook.parsers.errors import ParseError
+from runbook.parsers.errors import ParseError, quote
 
 _NEWLINE = re.compile(r"\r\n|\r|\n")
 
@@ -40,10 +40,6 @@ def _lines(text: str) -> list[tuple[int, str]]:
     return [(n, line.strip()) for n, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]
 
 
-def _clip(line: str, width: int = 120) -> str:
-    return repr(line if len(line) <= width else line[:width] + "...")
-
-
 _PROC_FORMAT = "/proc/net/tcp"
 _PROC_HEADER = re.compile(r"sl\s+local_address\s.*")
 _PROC_ROW = re.compile(r"[0-9]+:\s+([0-9A-Fa-f]{8}|[0-9A-Fa-f]{32}):([0-9A-Fa-f]{4})\s+"
@@ -69,7 +65,7 @@ def parse_proc_net_tcp(text: str) -> list[Socket]:
             continue
         m = _PROC_ROW.fullmatch(line)
         if m is None:
-            raise ParseError(f"expected 'sl: local_address rem_address st ...' (hex), found {_clip(line)}",
+            raise ParseError(f"expected 'sl: local_address rem_address st ...' (hex), found {quote(line)}",
                              format=_PROC_FORMAT, line=lineno)
         state = _KERNEL_STATES.get(int(m[3], 16))
         if state is None:
@@ -90,11 +86,11 @@ _QUEUE = re.compile(r"[0-9]+", re.ASCII)
 def _endpoint(raw: str, lineno: int) -> tuple[str, int]:
     m = _ENDPOINT.fullmatch(raw)
     if m is None or m["port"] == "*" or not (m["v6"] is not None or m["host"]):
-        raise ParseError(f"expected a local address such as 0.0.0.0:8000 or [::]:8000, found {_clip(raw)}",
+        raise ParseError(f"expected a local address such as 0.0.0.0:8000 or [::]:8000, found {quote(raw)}",
                          format=_SS_FORMAT, line=lineno)
     port = int(m["port"])
     if port > 65535:
-        raise ParseError(f"port {port} out of range in {_clip(raw)}", format=_SS_FORMAT, line=lineno)
+        raise ParseError(f"port {port} out of range in {quote(raw)}", format=_SS_FORMAT, line=lineno)
     return (m["v6"] if m["v6"] is not None else m["host"]), port
 
 
@@ -119,11 +115,11 @@ def parse_ss_listening(text: str) -> list[Socket]:
                 fields = fields[1:]
             if len(fields) < 5 or not (_QUEUE.fullmatch(fields[1]) and _QUEUE.fullmatch(fields[2])):
                 raise ParseError(f"expected 'State Recv-Q Send-Q Local:Port Peer:Port' (ss) or "
-                                 f"'Proto Recv-Q Send-Q Local Foreign State' (netstat), found {_clip(line)}",
+                                 f"'Proto Recv-Q Send-Q Local Foreign State' (netstat), found {quote(line)}",
                                  format=_SS_FORMAT, line=lineno)
             state, local = fields[0], fields[3]
         if state not in _STATE_NAMES:
-            raise ParseError(f"unknown socket state {_clip(state)}", format=_SS_FORMAT, line=lineno)
+            raise ParseError(f"unknown socket state {quote(state)}", format=_SS_FORMAT, line=lineno)
         address, port = _endpoint(local, lineno)
         sockets.append(Socket(local_address=address, local_port=port, state=_SS_STATES.get(state, state)))
     return sockets

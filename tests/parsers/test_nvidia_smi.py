@@ -379,11 +379,11 @@ def test_q_text_old_process_records_without_instance_ids():
             "            Used GPU Memory         : 5 MiB\n        Process ID                  : 12\n"
             "            Type                    : G\n            Name                    : b\n"
             "            Used GPU Memory         : Not available in WDDM driver model\n")
-    with pytest.raises(ParseError, match="Used GPU Memory: expected a number"):
-        parse_processes_report(text)
-    ok = text.replace("Not available in WDDM driver model", "N/A")
-    assert parse_processes_report(ok) == [ProcessEntry("0000:3B:00.0", 11, "C", "a", 5.0),
-                                          ProcessEntry("0000:3B:00.0", 12, "G", "b", None)]
+    assert parse_processes_report(text) == [ProcessEntry("0000:3B:00.0", 11, "C", "a", 5.0),
+                                            ProcessEntry("0000:3B:00.0", 12, "G", "b", None)]
+    with pytest.raises(ParseError, match="Used GPU Memory: expected a number") as info:
+        parse_processes_report(text.replace("5 MiB", "5 parsecs"))
+    assert info.value.line == 1
 
 
 @pytest.mark.parametrize(("text", "line", "fragment"), [
