@@ -69,7 +69,7 @@ _AUTH_HEADER = re.compile(
 _BEARER = re.compile(
     r"(?i)\b(bearer[ \t]+)(?!(?:token|tokens|auth|scheme|header)(?![^\s\"',;]))([^\s\"',;]+)"
 )
-_BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+_BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?=[\s\"',;]|\Z)")
 _URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/:@]*):([^\s/@]+)@")
 # KEY=value, export KEY=value, KEY: value, "KEY": "value", --key=value and, for dashed flags
 # only, `--key value`; a value never spans lines. Whether KEY is secret is decided in code.

@@ -283,6 +283,7 @@ def _render(text: str, t: dt.datetime, n: int, pod: PodState) -> str:
     t = t.astimezone(dt.timezone.utc)
     return (text.replace("{ts}", t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z")
             .replace("{clf}", t.strftime("%d/%b/%Y:%H:%M:%S +0000"))
+            .replace("{vllm_ts}", t.strftime("%m-%d %H:%M:%S"))
             .replace("{n}", str(n)).replace("{pod}", pod.name).replace("{ip}", pod.ip))
 
 

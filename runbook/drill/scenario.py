@@ -79,7 +79,8 @@ extra_pods:                       # pods of other workloads, e.g. the gateway
 
 # log entries: one line at a time, or one line repeated `every` from `from` (default -1h) until
 # `until` (default: forever, or a reaction's `stop_logs: ID`). `{ts}` in the text becomes the
-# ISO time (2026-03-14T03:10:02.000Z), `{clf}` the access-log time (14/Mar/2026:03:10:02 +0000).
+# ISO time (2026-03-14T03:10:02.000Z), `{clf}` the access-log time (14/Mar/2026:03:10:02 +0000),
+# `{vllm_ts}` vLLM's (03-14 03:10:02), `{n}` the repetition's number, `{pod}`/`{ip}` the pod's.
 #   - {at: -200, text: "..."}
 #   - {id: gw-503, every: 20s, from: -4m, text: '... "POST /v1/completions HTTP/1.1" 503 ...'}
 
@@ -705,6 +706,12 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = Fal
 
 
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+# YAML 1.2 booleans: only true/false (YAML 1.1 would read the key `on:` of a reaction as True).
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                              list("tTfF"))
 
 
 def _bundled_dir() -> Any:

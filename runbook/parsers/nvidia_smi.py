@@ -133,18 +133,15 @@ def _num(raw: str | None, units: dict[str, float], fmt: str, line: int | None, f
 
 
 def _int(raw: str | None, fmt: str, line: int | None, field: str) -> int | None:
-    if _absent(raw):
-        return None
-    if not _INT.fullmatch(raw.strip()):
+    if not _absent(raw) and not _INT.fullmatch(raw.strip()):
         raise ParseError(f"{field}: expected an integer, found {quote(raw)}", format=fmt, line=line)
-    return int(raw.strip())
+    return None if _absent(raw) else int(raw.strip())
 
 
 def _str(raw: str | None) -> str:
     return "" if _absent(raw) else raw.strip()
 
 
-# -- --query-gpu / --query-compute-apps CSV ---------------------------------------------------------
 _HEADER_FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)(?: \[[^\]]*\])?", re.ASCII)
 _GPU_COLUMNS = ["index", "uuid", "memory.used", "memory.total", "utilization.gpu"]
 _APP_COLUMNS = ["gpu_uuid", "pid", "used_memory", "process_name"]
@@ -170,9 +167,9 @@ def _csv_rows(lines: list[tuple[int, str]], fmt: str, positional: list[str], kno
             i, extra = columns.index(free), len(raw) - len(columns)
             raw = raw[:i] + [",".join(raw[i:i + extra + 1])] + raw[i + extra + 1:]
         if len(raw) != len(columns):
-            source = f"the header on line {header_line}" if header_line else "the default query"
-            raise ParseError(f"expected {len(columns)} comma-separated fields ({', '.join(columns)}) "
-                             f"as in {source}, found {len(raw)}: {quote(line)}", format=fmt, line=lineno)
+            raise ParseError(f"expected {len(columns)} comma-separated fields ({', '.join(columns)}) as in "
+                             f"{f'the header on line {header_line}' if header_line else 'the default query'}, "
+                             f"found {len(raw)}: {quote(line)}", format=fmt, line=lineno)
         rows.append((lineno, {c: v.strip() for c, v in zip(columns, raw)}))
     return rows
 
@@ -197,8 +194,7 @@ def parse_query_gpu(text: str) -> list[GpuMemory]:
 def parse_compute_apps(text: str) -> list[ComputeApp]:
     """`nvidia-smi --query-compute-apps=gpu_uuid,pid,used_memory,process_name --format=csv[,noheader][,nounits]`.
 
-    With a header, columns are taken by name (`used_gpu_memory` = `used_memory`); no processes → [].
-    A row whose pid is unavailable says nothing actionable and is dropped.
+    A header maps columns by name (`used_gpu_memory` = `used_memory`); no processes → []; no pid → row dropped.
     """
     fmt = "nvidia-smi --query-compute-apps csv"
     apps = []
@@ -211,7 +207,6 @@ def parse_compute_apps(text: str) -> list[ComputeApp]:
     return apps
 
 
-# -- nvidia-smi -q -x -------------------------------------------------------------------------------
 def _xtext(elem: ET.Element, path: str) -> str | None:
     found = elem.find(path)
     return None if found is None or _absent(found.text) else found.text.strip()
@@ -247,7 +242,6 @@ def parse_query_xml(text: str) -> list[GpuDetail]:
     return details
 
 
-# -- nvidia-smi -q (text, any -d) -------------------------------------------------------------------
 _Q_BANNER = re.compile(r"=+\s*NVSMI LOG\s*=+")
 _Q_GPU = re.compile(r"GPU ([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)", re.ASCII)
 _Q_PAIR = re.compile(r"(?P<key>[A-Za-z0-9][^:]*?)\s+:(?:\s(?P<value>.*))?")
@@ -276,8 +270,7 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
             elif _Q_BANNER.fullmatch(body) or body == _NO_DEVICES:
                 banner = True
             elif not _Q_PAIR.fullmatch(body):  # Timestamp, Driver Version, Attached GPUs ...
-                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {quote(body)}",
-                                 format=fmt, line=lineno)
+                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {quote(body)}", format=fmt, line=lineno)
             continue
         if not stack:
             raise ParseError(f"indented line before any 'GPU <bus id>' line: {quote(body)}", format=fmt, line=lineno)
@@ -286,12 +279,10 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
         parent = stack[-1][1]
         pair = _Q_PAIR.fullmatch(body)
         if not pair and not _Q_SECTION.fullmatch(body):
-            raise ParseError(f"expected 'Name : value' or a section name, found {quote(body)}",
-                             format=fmt, line=lineno)
+            raise ParseError(f"expected 'Name : value' or a section name, found {quote(body)}", format=fmt, line=lineno)
         key = pair["key"].strip() if pair else body
         if isinstance(parent, list):
-            # Processes: flat records, each begun again by a repeated key; the lines
-            # indented under "Process ID" belong to the same record
+            # Processes: flat records begun again by a repeated key; lines under "Process ID" are its fields
             if not parent or key in parent[-1]:
                 parent.append({})
             parent = parent[-1]
@@ -311,31 +302,29 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
 
 
 def parse_q_text(text: str) -> list[dict[str, Any]]:
-    """`nvidia-smi -q [-d ...]`: one nested dict per GPU, keys as printed.
+    """`nvidia-smi -q [-d ...]`: one nested dict per GPU, keys as printed, "GPU" holding the bus id.
 
-    The dict's "GPU" key holds the block's bus id. Sections become dicts; a key printed twice
-    at one level becomes a list; "Processes" is always a list of dicts ([] for "None").
+    A key printed twice at one level becomes a list; "Processes" is always a list of dicts ([] for "None").
     """
     return [block for _, _, block in _q_blocks(text, "nvidia-smi -q")]
 
 
-def _mib(block: dict[str, Any], section: str, key: str, fmt: str, line: int) -> float | None:
-    values = block.get(section)
-    value = values.get(key) if isinstance(values, dict) else None
-    return _num(value if isinstance(value, str) else None, _MIB, fmt, line, f"GPU {block['GPU']} {section} {key}")
+def _mib_section(block: dict[str, Any], section: str, fmt: str, line: int) -> dict[str, float | None]:
+    values = block[section] if isinstance(block.get(section), dict) else {}
+    return {key: _num(value if isinstance(value := values.get(key), str) else None, _MIB, fmt, line,
+                      f"GPU {block['GPU']} {section} {key}") for key in ("Total", "Reserved", "Used", "Free")}
 
 
 def parse_memory_report(text: str) -> list[GpuMemoryReport]:
     """`nvidia-smi -q -d MEMORY` (or full -q): FB and BAR1 memory per GPU."""
-    fmt, fb, bar1 = "nvidia-smi -q -d MEMORY", "FB Memory Usage", "BAR1 Memory Usage"
+    fmt = "nvidia-smi -q -d MEMORY"
     reports = []
     for n, bus_id, block in _q_blocks(text, fmt):
-        if not isinstance(block.get(fb), dict):
+        if not isinstance(block.get("FB Memory Usage"), dict):
             raise ParseError(f"GPU {bus_id} has no 'FB Memory Usage' section", format=fmt, line=n)
-        reports.append(GpuMemoryReport(
-            bus_id=bus_id, fb_total_mib=_mib(block, fb, "Total", fmt, n), fb_reserved_mib=_mib(block, fb, "Reserved", fmt, n),
-            fb_used_mib=_mib(block, fb, "Used", fmt, n), fb_free_mib=_mib(block, fb, "Free", fmt, n),
-            bar1_total_mib=_mib(block, bar1, "Total", fmt, n), bar1_used_mib=_mib(block, bar1, "Used", fmt, n)))
+        fb, bar1 = (_mib_section(block, section, fmt, n) for section in ("FB Memory Usage", "BAR1 Memory Usage"))
+        reports.append(GpuMemoryReport(bus_id, fb["Total"], fb["Reserved"], fb["Used"], fb["Free"],
+                                       bar1["Total"], bar1["Used"]))
     return reports
 
 
@@ -359,7 +348,6 @@ def parse_processes_report(text: str) -> list[ProcessEntry]:
     return entries
 
 
-# -- the default `nvidia-smi` table -----------------------------------------------------------------
 _T_HEAD = re.compile(r"\|\s*(?:(GPU\s+Name\b)|(Processes:)|MIG devices:)")
 _T_GPU_ROW = re.compile(r"\|\s*([0-9]+)\s+(.*?)\s+\S+\s*\|\s*([0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f]+)"
                         r"\s.*", re.ASCII)
