@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 __all__ = ["REDACTED", "looks_secret", "redact", "redact_text"]
@@ -52,7 +52,7 @@ def looks_secret(key: str) -> bool:
 # --- text ----------------------------------------------------------------------------------------
 
 _PEM = re.compile(
-    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.S
+    r"-----BEGIN ((?:[A-Z0-9]+ )*)PRIVATE KEY-----(?P<body>.*?)(?:-----END \1PRIVATE KEY-----|\Z)", re.S
 )
 # The whole credential after an Authorization header, whatever its scheme; the scheme stays
 # readable because "which kind of auth was sent" is useful in an incident.
@@ -70,25 +70,30 @@ _BEARER = re.compile(
     r"(?i)\b(bearer[ \t]+)(?!(?:token|tokens|auth|scheme|header)(?![^\s\"',;]))([^\s\"',;]+)"
 )
 _BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?=[\s\"',;]|\Z)")
-_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]*://)([^\s/:@]*):([^\s/@]+)@")
+# Bounded userinfo keeps the scan linear on long runs of "a:" with no "@" in sight.
+_URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([^\s/:@]{0,256}):([^\s/@]{1,256})@")
 # KEY=value, export KEY=value, KEY: value, "KEY": "value", --key=value and, for dashed flags
-# only, `--key value`; a value never spans lines. Whether KEY is secret is decided in code.
-_KEY_VALUE = re.compile(
+# only, `--key value`; a value never spans lines. Whether KEY is secret is decided in code,
+# and only then is the value read (_VALUE), so a run of "a=a=a=..." stays linear.
+_KEY_SEP = re.compile(
     r"""(?x)
     (?<![\w.\-])
     (?P<key>(?P<dash>--?)?[A-Za-z_][\w.\-]*)
-    (?P<sep>
+    (?:
         ["']?[ \t]*[:=][ \t]*
       | (?(dash)[ \t]+(?=[^\s\-])|(?!))
     )
-    (?P<value>
+    (?=\S)
+    """
+)
+_VALUE = re.compile(
+    r"""(?x)
         "(?:[^"\\\n]|\\.)*"
       | '[^'\n]*'
       | \$\([A-Za-z_]\w*\) | \$\{[A-Za-z_]\w*\}
       | \$\([^)\n]*\)? | \$\{[^}\n]*\}?
       | \[REDACTED\]
       | [^\s"',;&)}]+
-    )
     """
 )
 # Shapes that are secrets wherever they appear, whatever the key (or none) in front of them.
@@ -119,51 +124,88 @@ def _looks_base64(text: str) -> bool:
     return bool(re.search(r"[0-9+/=]", text) or (re.search(r".[A-Z]", text) and re.search(r"[a-z]", text)))
 
 
-def _mask_pem(m: re.Match[str]) -> str:
-    kind = m[1]
-    return f"-----BEGIN {kind}PRIVATE KEY-----{REDACTED}-----END {kind}PRIVATE KEY-----"
+Span = tuple[int, int]
 
 
-def _mask_basic(m: re.Match[str]) -> str:
-    return m[1] + REDACTED if _looks_base64(m[2]) else m[0]
-
-
-def _mask_key_values(text: str) -> str:
-    # A manual scan, not re.sub: when a key is not secret we resume right after the key, so a
+def _key_value_spans(text: str) -> list[Span]:
+    # A manual scan, not finditer: when a key is not secret we resume right after the key, so a
     # secret inside its value (`--set=db.password=x`, `url=...?token=x`) is still found.
-    parts: list[str] = []
-    done = pos = 0
-    while (m := _KEY_VALUE.search(text, pos)) is not None:
-        key, value = m["key"], m["value"]
-        segments = _segments(key)
-        secret = looks_secret(key) and segments[-1] != "authorization"  # the header rule owns those
-        if not secret or _REFERENCE.fullmatch(value) or value in ('""', "''"):
-            # References like $(HF_TOKEN) name a secret without holding one.
-            pos = m.end("key")
+    spans: list[Span] = []
+    pos = 0
+    while (m := _KEY_SEP.search(text, pos)) is not None:
+        key = m["key"]
+        pos = m.end("key")
+        if not looks_secret(key) or _segments(key)[-1] == "authorization":  # the header rule's
             continue
-        if value[0] in "\"'":
-            masked = value[0] + REDACTED + value[0]
-        else:
-            masked = REDACTED
-        parts += [text[done : m.start("value")], masked]
-        done = pos = m.end()
-    parts.append(text[done:])
-    return "".join(parts)
+        v = _VALUE.match(text, m.end())
+        if v is None:
+            continue
+        value = v[0]
+        # References like $(HF_TOKEN) name a secret without holding one.
+        if _REFERENCE.fullmatch(value) or value in ('""', "''"):
+            continue
+        quoted = value[0] in "\"'"
+        spans.append((v.start() + quoted, v.end() - quoted))
+        pos = v.end()
+    return spans
+
+
+def _overlapping(pattern: re.Pattern[str], text: str, group: int) -> Iterator[re.Match[str]]:
+    # Matches may overlap: in "Bearer Bearer x" the first credential is the second "Bearer",
+    # so the search resumes where the credential starts, to still catch x.
+    pos = 0
+    while (m := pattern.search(text, pos)) is not None:
+        yield m
+        pos = max(m.start(group), m.start() + 1)
+
+
+def _secret_spans(text: str) -> list[Span]:
+    # Every rule reads the original text and only reports where secrets are; masking happens
+    # once, afterwards, so no rule can hide from another the key or header it needs to see.
+    spans: list[Span] = [m.span("body") for m in _PEM.finditer(text)]
+    spans += [m.span(2) for m in _overlapping(_BEARER, text, 2)]
+    spans += [m.span(2) for m in _overlapping(_BASIC, text, 2) if _looks_base64(m[2])]
+    spans += [m.span(3) for m in _overlapping(_URL_CREDENTIALS, text, 3)]
+    spans += _key_value_spans(text)
+    spans += [m.span(3) for m in _overlapping(_AUTH_HEADER, text, 3)]
+    spans += [m.span() for m in _TOKEN_SHAPES.finditer(text)]
+    return [span for span in spans if span[0] < span[1]]
 
 
 def redact_text(text: str) -> str:
     """`text` with every secret it shows replaced by REDACTED; idempotent."""
+    # A mask changes the character before what follows it ("x--token y" becomes
+    # "[REDACTED]--token y", where --token now starts a key), so repeat until nothing changes:
+    # that is what makes redact(redact(x)) == redact(x). Two passes are the usual case.
+    for _ in range(_MAX_PASSES):
+        masked = _mask_once(text)
+        if masked == text:
+            break
+        text = masked
+    return text
+
+
+_MAX_PASSES = 8
+
+
+def _mask_once(text: str) -> str:
     if not text:
         return text
-    # Order matters: Bearer/Basic before KEY=value so `--token Bearer x` loses both words, and
-    # the Authorization rule last, so its greedy credential cannot swallow a `password:` key.
-    text = _PEM.sub(_mask_pem, text)
-    text = _BEARER.sub(lambda m: m[1] + REDACTED, text)
-    text = _BASIC.sub(_mask_basic, text)
-    text = _URL_CREDENTIALS.sub(lambda m: f"{m[1]}{m[2]}:{REDACTED}@", text)
-    text = _mask_key_values(text)
-    text = _AUTH_HEADER.sub(lambda m: m[1] + (m[2] or "") + REDACTED, text)
-    return _TOKEN_SHAPES.sub(REDACTED, text)
+    parts: list[str] = []
+    done = -1
+    for start, end in sorted(_secret_spans(text)):
+        if start <= done:  # overlapping or touching spans become one REDACTED
+            done = max(done, end)
+            continue
+        if done >= 0:
+            parts.append(REDACTED)
+        parts.append(text[max(done, 0) : start])
+        done = end
+    if done < 0:
+        return text
+    parts.append(REDACTED)
+    parts.append(text[done:])
+    return "".join(parts)
 
 
 # --- structures ----------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ plantings = st.sampled_from([
 
 @given(noise, plantings, secrets, noise)
 def test_a_planted_secret_never_survives(before: str, planting: str, secret: str, after: str) -> None:
-    assume(secret not in before and secret not in after)
+    assume(secret not in before and secret not in after and secret not in REDACTED)
     text = f"{before} {planting.format(s=secret)} {after}"
     assert secret not in redact_text(text)
     assert secret not in str(redact({"message": text, "lines": [text], "pair": (text, 1)}))
@@ -158,7 +158,7 @@ def test_shape_is_kept_all_the_way_down(value: object) -> None:
         ),
         (  # a truncated key in a log is still a key
             "-----BEGIN PRIVATE KEY-----\nMIIEvQ...",
-            f"-----BEGIN PRIVATE KEY-----{REDACTED}-----END PRIVATE KEY-----",
+            f"-----BEGIN PRIVATE KEY-----{REDACTED}",
         ),
     ],
 )

@@ -325,7 +325,7 @@ class WorldState:
                     raise InvalidInput(f"scenario {s.name}: host pid {proc.pid} on {p.node} is used twice")
 
     def _add_extra_pod(self, e: Any, generation: int, created: dt.datetime) -> PodState:
-        uid = str(uuid.uuid5(_NS, f"{e.namespace}/{e.name}/{generation}"))
+        uid = str(uuid.uuid5(_NS, f"{self.scenario.name}/{e.namespace}/{e.name}/{generation}"))
         containers = [ContainerState(name=c, restart_count=e.restart_count if generation == 0 else 0,
                                      started_at=created, ready_at=created,
                                      container_id=_hex64(f"{uid}/{c}/0")) for c in e.containers]
@@ -352,7 +352,7 @@ class WorldState:
         place = placement_for(spec, ordinal)
         node = (o.node if o and o.node else None) or (place.node if place else "")
         gpu = o.gpu_index if o and o.gpu_index is not None else (place.gpu_index if place else None)
-        uid = str(uuid.uuid5(_NS, f"{spec.namespace}/{name}/{generation}"))
+        uid = str(uuid.uuid5(_NS, f"{self.scenario.name}/{spec.namespace}/{name}/{generation}"))
         term = o.last_termination if o else None
         pod_started = self.at(o.started) if o and o.started is not None else created
         c_started = max(pod_started, self.at(term.at) + dt.timedelta(seconds=1)) if term else pod_started
@@ -586,15 +586,9 @@ class WorldState:
     def kill(self, proc: Proc, signal: str, *, via: str) -> bool:
         """Deliver a signal; True when the process died of it."""
         now = self.now()
-        if not proc.alive or proc.zombie:
-            return False
-        if signal == "KILL":
-            if proc.stat.startswith("D"):
-                return False  # uninterruptible: the kill stays pending
-        elif signal in ("TERM", "INT", "QUIT", "HUP"):
-            if proc.ignores_term or proc.stat.startswith(("D", "T")):
-                return False
-        else:
+        if not self._dies_of(proc, signal):
+            self.record("process_signalled", node=proc.node, pid=proc.pid, signal=signal, via=via,
+                        pod=proc.pod.name if proc.pod else None, effect="none")
             return False
         code = 128 + {"KILL": 9, "TERM": 15, "INT": 2, "QUIT": 3, "HUP": 1}[signal]
         self._die(proc, now)
@@ -615,6 +609,16 @@ class WorldState:
         self.free_gpu(node, gpu, self.now())
         self.record("gpu_reset", node=node.name, gpu_index=gpu.index)
         self.fire("gpu_reset", node=node.name, gpu_index=gpu.index)
+
+    @staticmethod
+    def _dies_of(proc: Proc, signal: str) -> bool:
+        if not proc.alive or proc.zombie:
+            return False  # a zombie is already dead: nothing left to signal
+        if signal == "KILL":
+            return not proc.stat.startswith("D")  # uninterruptible: the kill stays pending
+        if signal in ("TERM", "INT", "QUIT", "HUP"):
+            return not (proc.ignores_term or proc.stat.startswith(("D", "T")))
+        return False
 
     def _die(self, proc: Proc, at: dt.datetime, *, free_now: bool = False) -> None:
         proc.died_at = at

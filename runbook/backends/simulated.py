@@ -284,6 +284,7 @@ def _render(text: str, t: dt.datetime, n: int, pod: PodState) -> str:
     return (text.replace("{ts}", t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z")
             .replace("{clf}", t.strftime("%d/%b/%Y:%H:%M:%S +0000"))
             .replace("{vllm_ts}", t.strftime("%m-%d %H:%M:%S"))
+            .replace("{nginx_ts}", t.strftime("%Y/%m/%d %H:%M:%S"))
             .replace("{n}", str(n)).replace("{pod}", pod.name).replace("{ip}", pod.ip))
 
 

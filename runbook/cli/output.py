@@ -19,7 +19,8 @@ output_option = click.option("--output", "-o", "output", type=click.Choice(["tex
 def stderr_console():
     from rich.console import Console
 
-    return Console(stderr=True, highlight=False)
+    # soft_wrap: a long line stays one line in logs and pipes instead of breaking at 80 columns.
+    return Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def stdout_console():

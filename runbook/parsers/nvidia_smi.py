@@ -270,7 +270,7 @@ def _q_blocks(text: str, fmt: str) -> list[tuple[int, str, dict[str, Any]]]:
             elif _Q_BANNER.fullmatch(body) or body == _NO_DEVICES:
                 banner = True
             elif not _Q_PAIR.fullmatch(body):  # Timestamp, Driver Version, Attached GPUs ...
-                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>', found {quote(body)}", format=fmt, line=lineno)
+                raise ParseError(f"expected 'Name : value' or 'GPU <bus id>': {quote(body)}", format=fmt, line=lineno)
             continue
         if not stack:
             raise ParseError(f"indented line before any 'GPU <bus id>' line: {quote(body)}", format=fmt, line=lineno)
@@ -365,12 +365,11 @@ def parse_table(text: str) -> Table:
     lines, no_devices = _prepare(text, fmt, "the nvidia-smi table")
     gpus: list[TableGpu] = []
     procs: list[TableProcess] = []
-    panel, in_header, seen_gpu_panel = "", False, False
+    panel, in_header = "", False
     for lineno, line in lines:
         line = line.strip()
         if head := _T_HEAD.match(line):
             panel, in_header = "gpu" if head[1] else "proc" if head[2] else "mig", True
-            seen_gpu_panel |= panel == "gpu"
         if in_header:  # column titles run down to the |===| rule
             in_header = not line.startswith("|=")
         elif panel == "gpu":
@@ -389,8 +388,9 @@ def parse_table(text: str) -> Table:
                     gpu_index=int(m[1]), pid=int(m[4]), type=m[5], process_name=m[6],
                     used_memory_mib=None if m[7] == "N/A" else float(m[7][:-3]),
                     gpu_instance_id=_int(m[2], fmt, lineno, "GI"), compute_instance_id=_int(m[3], fmt, lineno, "CI")))
-    if not seen_gpu_panel and not no_devices:
-        raise ParseError("no GPU panel ('| GPU  Name ...' header); expected the default nvidia-smi table", format=fmt)
+    if not gpus and not no_devices:
+        raise ParseError("no GPU rows ('|   0  Name  ...  | 00000000:83:00.0 ...' under a '| GPU  Name' header)",
+                         format=fmt)
     return Table(gpus=tuple(gpus), processes=tuple(procs))
 
 

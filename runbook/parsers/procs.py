@@ -131,34 +131,58 @@ _FUSER_FORMAT = "fuser -v"
 # stderr mixed into the capture: sudo's prompt, files fuser could not inspect
 _FUSER_NOISE = ("[sudo]", "sudo:", "Cannot stat", "Specified filename", "No such file")
 _FUSER_HEADER = re.compile(r"\s*USER\s+PID\s+ACCESS\s+COMMAND")
-_FUSER_ROW = re.compile(r"(?:(?P<path>\S.*?):)?\s+(?P<user>\S+)\s+(?P<pid>[0-9]+|kernel)\s+(?P<access>\S+)"
-                        r"(?:\s+(?P<command>.*))?", re.ASCII)
+_FUSER_ROW = re.compile(r"(?:(?P<path>\S.*?):)?\s+(?P<user>\S+)\s+(?P<pid>[0-9]+|kernel)?\s*"
+                        r"(?P<access>[.fFrcem]{5}|mount|swap|knfsd)(?:\s+(?P<command>.*))?", re.ASCII)
 _FUSER_PATH = re.compile(r"(\S.*):")
+# psmisc prints each PID (or "kernel") to stdout and the rest of the row to stderr: captured
+# apart, stdout is one run of PIDs and the stderr rows have an empty PID column
+_FUSER_PIDS = re.compile(r"(?:\s*(?:[0-9]+|kernel))+\s*", re.ASCII)
 
 
 def parse_fuser(text: str) -> list[FuserEntry]:
-    """`fuser -v FILE...`: one entry per (file, process); `kernel` users (mounts, swap) are skipped."""
-    entries = []
+    """`fuser -v FILE...`: one entry per (file, process); `kernel` users (mounts, swap) are skipped.
+
+    Reads the terminal form (2>&1) and also stdout and stderr captured apart and joined in either
+    order, matching the PIDs to the rows by position; PIDs with no rows give entries with only `pid`.
+    """
+    rows: list[tuple[int, str, str, str | None, str, str]] = []  # line, path, user, pid, access, command
+    loose: list[str] = []
     path: str | None = None
+    after_kernel = False
     for lineno, line in _lines(text):
         if line.lstrip().startswith(_FUSER_NOISE) or _FUSER_HEADER.fullmatch(line):
             continue
+        if _FUSER_PIDS.fullmatch(line):
+            loose += re.findall(r"[0-9]+|kernel", line)
+            continue
         row = _FUSER_ROW.fullmatch(line)
         if row is None:
-            only_path = _FUSER_PATH.fullmatch(line)  # long names are printed alone on their line
-            if only_path is None:
+            if only_path := _FUSER_PATH.fullmatch(line):  # long names are printed alone on their line
+                path = only_path[1]
+            elif not after_kernel:  # a mount point too long for the kernel row wraps to the next line
                 raise ParseError(f"expected 'PATH: USER PID ACCESS COMMAND' or an indented continuation, "
                                  f"found {quote(line)}", format=_FUSER_FORMAT, line=lineno)
-            path = only_path[1]
+            after_kernel = False
             continue
         path = row["path"] or path
         if path is None:
             raise ParseError(f"continuation line before any 'PATH:' line: {quote(line)}",
                              format=_FUSER_FORMAT, line=lineno)
-        if row["pid"] != "kernel":
-            entries.append(FuserEntry(path=path, user=row["user"], pid=int(row["pid"]),
-                                      access=row["access"], command=row["command"] or ""))
-    return entries
+        after_kernel = row["pid"] == "kernel" or row["access"] in ("mount", "swap", "knfsd")
+        rows.append((lineno, path, row["user"], row["pid"], row["access"], row["command"] or ""))
+    split = [r for r in rows if r[3] is None]
+    if split and len(split) != len(rows):
+        raise ParseError("some rows have a PID column and some do not", format=_FUSER_FORMAT, line=split[0][0])
+    if split or not rows:
+        if split and len(loose) != len(split):
+            raise ParseError(f"{len(split)} rows without PIDs but {len(loose)} PIDs on stdout",
+                             format=_FUSER_FORMAT, line=split[0][0])
+        rows = [r[:3] + (pid,) + r[4:] for r, pid in zip(split, loose)] if split else \
+            [(0, "", "", pid, "", "") for pid in loose]
+    elif loose:
+        raise ParseError(f"a line of bare PIDs beside complete rows: {quote(' '.join(loose))}", format=_FUSER_FORMAT)
+    return [FuserEntry(path=r[1], user=r[2], pid=int(r[3]), access=r[4], command=r[5])
+            for r in rows if r[3] is not None and r[3] != "kernel"]
 
 
 def fuser_pids(entries: Iterable[FuserEntry]) -> set[int]:

@@ -70,7 +70,8 @@ def test_xml_tesla_t4_two_processes(reference):
     assert (gpu.index, gpu.uuid, gpu.name, gpu.bus_id) == (0, uuid, "Tesla T4", "00000000:00:1E.0")
     assert (gpu.memory_total_mib, gpu.memory_used_mib, gpu.memory_free_mib) == (15360.0, 1032.0, 13939.0)
     assert gpu.mig_mode is None  # N/A on Turing
-    assert gpu.processes == (ComputeApp(uuid, 675, 22.0, "/usr/lib/xorg/Xorg"), ComputeApp(uuid, 5762, 1005.0, "python"))
+    assert gpu.processes == (ComputeApp(uuid, 675, 22.0, "/usr/lib/xorg/Xorg"),
+                             ComputeApp(uuid, 5762, 1005.0, "python"))
 
 
 def test_xml_rtx_4090_no_processes(reference):
@@ -83,7 +84,8 @@ def test_xml_rtx_4090_no_processes(reference):
 
 def test_q_text_h200_load(reference):
     text = reference("nvidia-smi/nvidia-smi-q-h200-load.txt")
-    assert parse_memory_report(text) == [GpuMemoryReport(H200_BUS, 143771.0, 614.0, 32362.0, 110796.0, 262144.0, 32363.0)]
+    assert parse_memory_report(text) == [
+        GpuMemoryReport(H200_BUS, 143771.0, 614.0, 32362.0, 110796.0, 262144.0, 32363.0)]
     assert parse_processes_report(text) == [
         ProcessEntry(H200_BUS, 10291, "C", "/root/tools/memhog", 2566.0),
         ProcessEntry(H200_BUS, 10293, "C", "/root/tools/memhog", 1542.0),
@@ -478,7 +480,8 @@ def test_table_eight_gpus_driver_384_process_rows():
 
 @pytest.mark.parametrize(("text", "fragment"), [
     ("", "empty output"),
-    ("Mon Jan 14 07:10:25 2019\n", "no GPU panel"),
+    ("Mon Jan 14 07:10:25 2019\n", "no GPU rows"),
+    ("| GPU  Name        Persistence-M| Bus-Id        Disp.A |\n|=====|\n+----+\n", "no GPU rows"),
     (eight_gpu_table("|    0   something odd here |\n"), "expected a process row"),
 ])
 def test_table_errors(text, fragment):

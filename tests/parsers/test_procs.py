@@ -80,7 +80,8 @@ def test_ps_aux_with_header_and_prompt_lines():
 
 
 def test_ps_ef_header_without_stat():
-    text = "UID          PID    PPID  C STIME TTY          TIME CMD\nroot           1       0  0 Jan14 ?    00:00:09 /sbin/init\n"
+    text = ("UID          PID    PPID  C STIME TTY          TIME CMD\n"
+            "root           1       0  0 Jan14 ?    00:00:09 /sbin/init\n")
     assert parse_ps(text) == [Process(1, 0, "", None, "/sbin/init")]
 
 
@@ -122,6 +123,33 @@ def test_fuser_kernel_long_path_and_errors():
     assert info.value.line == 1
     with pytest.raises(ParseError, match="expected 'PATH: USER PID ACCESS COMMAND'"):
         parse_fuser("/dev/nvidia0:  4242m 4243m\n")
+
+
+SPLIT_STDERR = ("                     USER        PID ACCESS COMMAND\n"
+                "/dev/nvidia0:        root      F...m Xorg\n"
+                "                     vllm      F...m python3\n"
+                "/mnt/models:         root      mount /mnt/models\n"
+                "/dev/nvidia-uvm:     vllm      F.... python3\n")
+SPLIT_STDOUT = "  1025  4242kernel  4242"
+
+
+@pytest.mark.parametrize("text", [SPLIT_STDOUT + "\n" + SPLIT_STDERR, SPLIT_STDERR + "\n" + SPLIT_STDOUT])
+def test_fuser_stdout_and_stderr_captured_apart(text):
+    """psmisc writes the PIDs to stdout and the rest of each row to stderr."""
+    assert parse_fuser(text) == [FuserEntry("/dev/nvidia0", "root", 1025, "F...m", "Xorg"),
+                                 FuserEntry("/dev/nvidia0", "vllm", 4242, "F...m", "python3"),
+                                 FuserEntry("/dev/nvidia-uvm", "vllm", 4242, "F....", "python3")]
+
+
+def test_fuser_stdout_alone_and_mismatches():
+    assert parse_fuser(SPLIT_STDOUT) == [FuserEntry("", "", 1025, "", ""), FuserEntry("", "", 4242, "", ""),
+                                         FuserEntry("", "", 4242, "", "")]
+    with pytest.raises(ParseError, match="4 rows without PIDs but 2 PIDs on stdout"):
+        parse_fuser("  1025  4242\n" + SPLIT_STDERR)
+    with pytest.raises(ParseError, match="some rows have a PID column and some do not"):
+        parse_fuser(SPLIT_STDERR + "/dev/nvidiactl:      root       1025 F...m Xorg\n")
+    with pytest.raises(ParseError, match="a line of bare PIDs beside complete rows"):
+        parse_fuser("  77\n/dev/nvidiactl:      root       1025 F...m Xorg\n")
 
 
 # -- cgroups and container ids --------------------------------------------------------------------
@@ -195,14 +223,18 @@ fuser_entries = st.lists(st.builds(
 
 
 @settings(max_examples=200, deadline=None)
-@given(fuser_entries)
-def test_fuser_round_trip(entries):
-    lines, previous = ["                     USER        PID ACCESS COMMAND"], None
+@given(fuser_entries, st.sampled_from(["terminal", "stdout first", "stderr first"]))
+def test_fuser_round_trip(entries, capture):
+    stderr, previous = ["                     USER        PID ACCESS COMMAND"], None
     for e in entries:
         path = " " * 20 if e.path == previous else f"{e.path + ':':<20}"
-        lines.append(f"{path} {e.user:>10} {e.pid:>6} {e.access} {e.command}")
+        pid = f"{e.pid:>6}" if capture == "terminal" else ""
+        stderr.append(f"{path} {e.user:<8} {pid} {e.access} {e.command}")
         previous = e.path
-    assert parse_fuser("\n".join(lines)) == entries
+    stdout = "".join(f" {e.pid:>5}" for e in entries)  # psmisc ≥ 23: " %5d", never glued together
+    text = {"terminal": "\n".join(stderr), "stdout first": stdout + "\n" + "\n".join(stderr),
+            "stderr first": "\n".join(stderr) + "\n" + stdout}[capture]
+    assert parse_fuser(text) == entries
 
 
 @settings(max_examples=200, deadline=None)

@@ -136,7 +136,7 @@ entries = st.lists(st.tuples(st.ip_addresses(), st.integers(0, 65535), st.sample
 @given(entries)
 def test_proc_and_ss_round_trip_agree(rows):
     expected = [Socket(canonical(a), port, state) for a, port, state in rows]
-    proc = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n" + "".join(
+    proc = PROC_TCP.splitlines()[0] + "\n" + "".join(
         f"{i:4}: {proc_hex(a)}:{port:04X} {proc_hex(a)}:0000 {STATE_CODES[state]:02X} 00000000:00000000 "
         f"00:00000000 00000000  1000        0 {i} 1 0000000000000000 100 0 0 10 0\n"
         for i, (a, port, state) in enumerate(rows))
