@@ -152,11 +152,16 @@ def _key_value_spans(text: str) -> list[Span]:
 
 def _overlapping(pattern: re.Pattern[str], text: str, group: int) -> Iterator[re.Match[str]]:
     # Matches may overlap: in "Bearer Bearer x" the first credential is the second "Bearer",
-    # so the search resumes where the credential starts, to still catch x.
+    # and the second match must still be seen to catch x. Only a trigger near the end of a
+    # credential can reach past it (one further in has its credential inside this one), so
+    # the search resumes a short way back from the end, which keeps it linear.
     pos = 0
     while (m := pattern.search(text, pos)) is not None:
         yield m
-        pos = max(m.start(group), m.start() + 1)
+        pos = max(m.start() + 1, m.start(group), m.end(group) - _TRIGGER_REACH)
+
+
+_TRIGGER_REACH = 64  # longer than any trigger: `proxy-authorization": `, `bearer\t`
 
 
 def _secret_spans(text: str) -> list[Span]:

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from runbook.backends import sim_formats as fmt
 from runbook.backends.base import CommandResult
@@ -186,7 +186,8 @@ def _pgrep(state: WorldState, pod: PodState, procs: list[Proc], argv: list[str])
     return _ok()
 
 
-def _kill(state: WorldState, argv: list[str], find, *, via: str) -> CommandResult:  # type: ignore[no-untyped-def]
+def _kill(state: WorldState, argv: list[str], find: Callable[[int], Proc | _HostRow | None], *,
+          via: str) -> CommandResult:
     rest = argv[1:]
     signal = "TERM"
     spec = None

@@ -10,232 +10,26 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import hashlib
 import heapq
 import re
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
-from runbook.backends.base import ContainerSpec, ContainerStatus, Pod, Workload
-from runbook.clock import Clock
-from runbook.drill.scenario import (
-    Effect, LogEntry, PodOverride, Reaction, Scenario, Workload as WorkloadSpec, placement_for,
-    workload_pod_name,
+from runbook.backends.sim_model import (
+    DEFAULT_DEVICES, UID_NAMESPACE, ContainerState, GpuState, NodeState, PodState, Proc, WorkloadState, flag_value,
+    hex64, kubepods_cgroup,
 )
+from runbook.clock import Clock
+from runbook.drill.scenario import Effect, PodOverride, Reaction, Scenario, placement_for, workload_pod_name
 from runbook.errors import InvalidInput
 
-_NS = uuid.UUID("6f1c1e0a-4d0b-4b8e-9a51-2f0a7c1d9e11")
-PENDING_SECONDS = 5.0  # a new pod is Pending this long (scheduling, sandbox), then Running
-DEFAULT_DEVICES = ("/dev/nvidiactl", "/dev/nvidia{gpu}", "/dev/nvidia-uvm")
 
-
-def _hex64(seed: str) -> str:
-    return hashlib.sha256(seed.encode()).hexdigest()
-
-
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag=V` or `--flag V` in argv (the last one wins), or None."""
-    value = None
-    for i, a in enumerate(argv):
-        if a.startswith(flag + "="):
-            value = a[len(flag) + 1:]
-        elif a == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-    return value
-
-
-@dataclasses.dataclass(eq=False)
-class Proc:
-    node: str
-    pid: int  # host pid
-    ppid: int
-    stat: str
-    args: str
-    user: str
-    started_at: dt.datetime
-    cgroup: str = "/user.slice/user-0.slice/session-1.scope"
-    gpu_index: int | None = None
-    gpu_memory_mib: int = 0
-    visible_to_nvidia_smi: bool = True
-    holds_devices: tuple[str, ...] = ()
-    frees_memory_on_kill: bool = True
-    free_after: float = 0.0
-    ignores_term: bool = False
-    pod: PodState | None = None
-    container: str | None = None
-    local_pid: int | None = None
-    local_ppid: int | None = None
-    main: bool = False
-    died_at: dt.datetime | None = None
-    memory_freed_at: dt.datetime | None = None
-
-    @property
-    def alive(self) -> bool:
-        return self.died_at is None
-
-    @property
-    def zombie(self) -> bool:
-        return self.stat.startswith("Z")
-
-    @property
-    def comm(self) -> str:
-        if self.zombie and self.args.startswith("["):
-            return self.args[1:].split("]", 1)[0][:15]
-        first = self.args.split(" ", 1)[0]
-        return first.rsplit("/", 1)[-1][:15]
-
-    @property
-    def match_text(self) -> str:
-        """What `pgrep -f` searches: the command line, or the name of a zombie (it has none)."""
-        return self.comm if self.zombie else self.args
-
-    def holds_memory(self, at: dt.datetime) -> bool:
-        if self.gpu_index is None or self.gpu_memory_mib <= 0 or self.zombie:
-            return False
-        if self.alive:
-            return True
-        return self.memory_freed_at is None or at < self.memory_freed_at
-
-    def etimes(self, now: dt.datetime) -> int:
-        return max(0, int((now - self.started_at).total_seconds()))
-
-
-@dataclasses.dataclass(eq=False)
-class GpuState:
-    index: int
-    name: str
-    uuid: str
-    bus_id: str
-    total_mib: int
-    reserved_mib: int
-    baseline_used_mib: int
-    utilization_pct: int
-    bar1_total_mib: int
-
-
-@dataclasses.dataclass(eq=False)
-class NodeState:
-    name: str
-    index: int
-    ready: bool
-    unschedulable: bool
-    gpus: dict[int, GpuState]
-    procs: list[Proc]
-    next_pid: int
-    next_ip: int = 10
-
-    def allocate_pid(self, reserved: set[int] = frozenset()) -> int:  # type: ignore[assignment]
-        used = {p.pid for p in self.procs} | reserved
-        pid = self.next_pid
-        while pid in used:
-            pid += 1
-        self.next_pid = pid + 173
-        return pid
-
-
-@dataclasses.dataclass(eq=False)
-class ContainerState:
-    name: str
-    restart_count: int
-    started_at: dt.datetime
-    ready_at: dt.datetime
-    container_id: str
-    last_termination: tuple[str, dt.datetime, int] | None = None
-
-    def up(self, now: dt.datetime) -> bool:
-        return now >= self.ready_at
-
-
-@dataclasses.dataclass(eq=False)
-class PodState:
-    name: str
-    namespace: str
-    uid: str
-    generation: int
-    labels: dict[str, str]
-    owner: str
-    workload: WorkloadState | None
-    node: str
-    gpu_index: int | None
-    ip: str
-    created_at: dt.datetime
-    ready_flag: bool
-    health: str  # ok | hang | error
-    ports: tuple[int, ...]
-    containers: list[ContainerState]
-    procs: list[Proc]
-    logs: list[LogEntry]
-    gpu_memory_mib: int = 0
-    next_local_pid: int = 100
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.namespace, self.name)
-
-    def container(self, name: str) -> ContainerState | None:
-        return next((c for c in self.containers if c.name == name), None)
-
-    def phase(self, now: dt.datetime) -> str:
-        return "Pending" if now < self.created_at + dt.timedelta(seconds=PENDING_SECONDS) else "Running"
-
-    def ready(self, now: dt.datetime) -> bool:
-        return self.phase(now) == "Running" and self.ready_flag and all(c.up(now) for c in self.containers)
-
-    def serving(self, now: dt.datetime) -> bool:
-        """The main container has finished starting (its ports listen)."""
-        return self.phase(now) == "Running" and self.containers[0].up(now)
-
-    def listening(self, now: dt.datetime) -> tuple[int, ...]:
-        return self.ports if self.serving(now) else ()
-
-    def alive_procs(self) -> list[Proc]:
-        return [p for p in self.procs if p.alive]
-
-    def to_pod(self, now: dt.datetime) -> Pod:
-        statuses = []
-        for c in self.containers:
-            reason, at = (c.last_termination[0], c.last_termination[1]) if c.last_termination else (None, None)
-            statuses.append(ContainerStatus(
-                name=c.name, ready=self.ready(now) and c.up(now), restart_count=c.restart_count,
-                container_id=f"containerd://{c.container_id}" if self.phase(now) == "Running" else "",
-                last_termination_reason=reason, last_termination_at=at))
-        return Pod(name=self.name, namespace=self.namespace, uid=self.uid, phase=self.phase(now),
-                   ready=self.ready(now), node=self.node, ip=self.ip, labels=dict(self.labels),
-                   containers=tuple(statuses), owner=self.owner)
-
-
-@dataclasses.dataclass(eq=False)
-class WorkloadState:
-    spec: WorkloadSpec
-    replicas: int
-    containers: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # name -> (command, args)
-    pods: list[PodState]  # by ordinal (StatefulSet) or creation (Deployment)
-    next_ordinal: int = 0
-
-    @property
-    def ref(self) -> str:
-        return self.spec.ref
-
-    @property
-    def namespace(self) -> str:
-        return self.spec.namespace
-
-    def argv(self, container: str) -> tuple[str, ...]:
-        command, args = self.containers[container]
-        return command + args
-
-    def default_ports(self) -> tuple[int, ...]:
-        argv = self.argv(self.spec.containers[0].name)
-        port = flag_value(argv, "--port")
-        return (int(port),) if port and port.isdigit() else (8000,)
-
-    def to_workload(self, now: dt.datetime) -> Workload:
-        return Workload(kind=self.spec.kind, name=self.spec.name, namespace=self.namespace,
-                        replicas=self.replicas, ready_replicas=sum(p.ready(now) for p in self.pods),
-                        selector=dict(self.spec.selector),
-                        containers=tuple(ContainerSpec(name=n, command=c, args=a)
-                                         for n, (c, a) in self.containers.items()))
+class _Override(NamedTuple):
+    at: dt.datetime
+    seq: int
+    value: float | None  # None: no sample
+    firing: int  # which firing of a reaction set it
 
 
 @dataclasses.dataclass(order=True)
@@ -256,7 +50,8 @@ class WorldState:
         self.workloads: dict[tuple[str, str, str], WorkloadState] = {}
         self.pods: dict[tuple[str, str], PodState] = {}
         self.gone: dict[str, list[list[dt.datetime | None]]] = {}  # pod name -> [[from, until]]
-        self.overrides: dict[tuple[str, int], list[tuple[dt.datetime, int, float | None]]] = {}
+        self.overrides: dict[tuple[str, int], list[_Override]] = {}  # (signal, series index) -> steps
+        self._firing = 0
         self.stopped_logs: dict[str, dt.datetime] = {}
         self._pending: list[_Pending] = []
         self._seq = 0
@@ -277,7 +72,7 @@ class WorldState:
         for i, n in enumerate(s.nodes):
             gpus = {g.index: GpuState(
                 index=g.index, name=g.name,
-                uuid=g.uuid or f"GPU-{uuid.uuid5(_NS, f'{n.name}/gpu/{g.index}')}",
+                uuid=g.uuid or f"GPU-{uuid.uuid5(UID_NAMESPACE, f'{n.name}/gpu/{g.index}')}",
                 bus_id=g.bus_id or f"00000000:{0x17 + 0x10 * g.index:02X}:00.0",
                 total_mib=g.memory_total_mib,
                 reserved_mib=g.reserved_mib if g.reserved_mib is not None else round(g.memory_total_mib * 0.0043),
@@ -292,8 +87,8 @@ class WorldState:
                 if p.cgroup:
                     cgroup = p.cgroup.removeprefix("0::")
                 elif p.container_id:
-                    pod_uid = p.pod_uid or str(uuid.uuid5(_NS, f"gone/{p.container_id}"))
-                    cgroup = _kubepods_cgroup("burstable", pod_uid, p.container_id)
+                    pod_uid = p.pod_uid or str(uuid.uuid5(UID_NAMESPACE, f"gone/{p.container_id}"))
+                    cgroup = kubepods_cgroup("burstable", pod_uid, p.container_id)
                 else:
                     cgroup = "/user.slice/user-0.slice/session-1.scope"
                 devices = p.holds_devices if p.holds_devices is not None else (
@@ -325,10 +120,10 @@ class WorldState:
                     raise InvalidInput(f"scenario {s.name}: host pid {proc.pid} on {p.node} is used twice")
 
     def _add_extra_pod(self, e: Any, generation: int, created: dt.datetime) -> PodState:
-        uid = str(uuid.uuid5(_NS, f"{self.scenario.name}/{e.namespace}/{e.name}/{generation}"))
+        uid = str(uuid.uuid5(UID_NAMESPACE, f"{self.scenario.name}/{e.namespace}/{e.name}/{generation}"))
         containers = [ContainerState(name=c, restart_count=e.restart_count if generation == 0 else 0,
                                      started_at=created, ready_at=created,
-                                     container_id=_hex64(f"{uid}/{c}/0")) for c in e.containers]
+                                     container_id=hex64(f"{uid}/{c}/0")) for c in e.containers]
         pod = PodState(name=e.name, namespace=e.namespace, uid=uid, generation=generation, labels=dict(e.labels),
                        owner=e.owner, workload=None, node=e.node, gpu_index=None, ip=self._allocate_ip(e.node),
                        created_at=created, ready_flag=e.ready, health="ok", ports=(), containers=containers,
@@ -352,7 +147,7 @@ class WorldState:
         place = placement_for(spec, ordinal)
         node = (o.node if o and o.node else None) or (place.node if place else "")
         gpu = o.gpu_index if o and o.gpu_index is not None else (place.gpu_index if place else None)
-        uid = str(uuid.uuid5(_NS, f"{self.scenario.name}/{spec.namespace}/{name}/{generation}"))
+        uid = str(uuid.uuid5(UID_NAMESPACE, f"{self.scenario.name}/{spec.namespace}/{name}/{generation}"))
         term = o.last_termination if o else None
         pod_started = self.at(o.started) if o and o.started is not None else created
         c_started = max(pod_started, self.at(term.at) + dt.timedelta(seconds=1)) if term else pod_started
@@ -362,7 +157,7 @@ class WorldState:
             containers.append(ContainerState(
                 name=c.name, restart_count=restarts, started_at=c_started,
                 ready_at=c_started + dt.timedelta(seconds=spec.restart_seconds),
-                container_id=_hex64(f"{uid}/{c.name}/{restarts}"),
+                container_id=hex64(f"{uid}/{c.name}/{restarts}"),
                 last_termination=(term.reason, self.at(term.at), term.exit_code) if term else None))
         labels = {**spec.labels, **spec.selector}
         if spec.kind == "statefulset":
@@ -394,7 +189,7 @@ class WorldState:
         if devices is None:
             devices = [d.format(gpu=pod.gpu_index) for d in DEFAULT_DEVICES] if on_gpu else []
         proc = Proc(node=pod.node, pid=pid, ppid=0, stat=stat, args=args, user=user, started_at=started,
-                    cgroup=_kubepods_cgroup(qos, pod.uid, container.container_id),
+                    cgroup=kubepods_cgroup(qos, pod.uid, container.container_id),
                     gpu_index=pod.gpu_index if on_gpu else None, gpu_memory_mib=gpu_memory_mib,
                     visible_to_nvidia_smi=visible, holds_devices=tuple(devices) if not stat.startswith("Z") else (),
                     ignores_term=ignores_term, pod=pod, container=container.name, local_pid=local_pid,
@@ -505,9 +300,9 @@ class WorldState:
         pod = series.labels.get("pod")
         if pod is not None and self._gone(pod, at):
             return None
-        applied = [o for o in self.overrides.get((signal, series_index), []) if o[0] <= at]
+        applied = [o for o in self.overrides.get((signal, series_index), []) if o.at <= at]
         if applied:
-            return max(applied, key=lambda o: (o[0], o[1]))[2]
+            return max(applied, key=lambda o: (o.at, o.seq)).value
         value = None
         for t, v in series.points:
             if self.at(t) > at:
@@ -529,24 +324,30 @@ class WorldState:
             if (r.once and i in self._fired) or r.on.kind != kind or not _matches(r, event):
                 continue
             self._fired.add(i)
+            self._firing += 1
             name = r.name or f"reaction {i}"
             self.record("reaction", reaction=name, trigger=kind)
             for e in r.effects:
                 if e.kind == "signal":
-                    self._add_signal_override(e, now)
+                    self._add_signal_override(e, now, self._firing)
                 else:
                     self._seq += 1
                     heapq.heappush(self._pending, _Pending(now + dt.timedelta(seconds=e.after), self._seq, e, name))
         self.tick()
 
-    def _add_signal_override(self, e: Effect, event_at: dt.datetime) -> None:
+    def _add_signal_override(self, e: Effect, event_at: dt.datetime, firing: int) -> None:
+        """A reaction's course for the matching series; from its first step on, it replaces what
+        earlier reactions had scheduled for them (the world took another turn)."""
         spec = next(s for s in self.scenario.signals if s.name == e.signal)
+        steps = [(event_at + dt.timedelta(seconds=after), value) for after, value in e.steps()]
+        first = min(t for t, _ in steps)
         for i, series in enumerate(spec.series):
             if all(series.labels.get(k) == v for k, v in e.labels.items()):
-                for after, value in e.steps():
+                kept = [o for o in self.overrides.get((spec.name, i), []) if o.firing == firing or o.at < first]
+                for t, value in steps:
                     self._seq += 1
-                    self.overrides.setdefault((spec.name, i), []).append(
-                        (event_at + dt.timedelta(seconds=after), self._seq, value))
+                    kept.append(_Override(t, self._seq, value, firing))
+                self.overrides[(spec.name, i)] = kept
 
     def _apply_effect(self, e: Effect, at: dt.datetime, reaction: str) -> None:
         if e.pod is not None:
@@ -642,7 +443,7 @@ class WorldState:
         c.started_at = now
         assert pod.workload is not None
         c.ready_at = now + dt.timedelta(seconds=pod.workload.spec.restart_seconds)
-        c.container_id = _hex64(f"{pod.uid}/{c.name}/{c.restart_count}")
+        c.container_id = hex64(f"{pod.uid}/{c.name}/{c.restart_count}")
         pod.ready_flag, pod.health, pod.ports = True, "ok", pod.workload.default_ports()
         self._start_main(pod, c, now)
         self.record("container_restarted", pod=pod.name, container=c.name, reason=reason,
@@ -693,14 +494,6 @@ class WorldState:
                     interval[1] = now
             w.pods.append(pod)
         w.replicas = replicas
-
-
-def _kubepods_cgroup(qos: str, pod_uid: str, container_id: str) -> str:
-    uid = pod_uid.replace("-", "_")
-    if qos == "guaranteed":
-        return f"/kubepods.slice/kubepods-pod{uid}.slice/cri-containerd-{container_id}.scope"
-    return (f"/kubepods.slice/kubepods-{qos}.slice/kubepods-{qos}-pod{uid}.slice/"
-            f"cri-containerd-{container_id}.scope")
 
 
 def _matches(r: Reaction, event: Mapping[str, Any]) -> bool:

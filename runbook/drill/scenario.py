@@ -80,7 +80,8 @@ extra_pods:                       # pods of other workloads, e.g. the gateway
 # log entries: one line at a time, or one line repeated `every` from `from` (default -1h) until
 # `until` (default: forever, or a reaction's `stop_logs: ID`). `{ts}` in the text becomes the
 # ISO time (2026-03-14T03:10:02.000Z), `{clf}` the access-log time (14/Mar/2026:03:10:02 +0000),
-# `{vllm_ts}` vLLM's (03-14 03:10:02), `{nginx_ts}` nginx's error log (2026/03/14 03:10:02), `{n}` the repetition's number, `{pod}`/`{ip}` the pod's.
+# `{vllm_ts}` vLLM's (03-14 03:10:02), `{nginx_ts}` nginx's error log (2026/03/14 03:10:02),
+# `{n}` the repetition's number, `{pod}`/`{ip}` the pod's name and address.
 #   - {at: -200, text: "..."}
 #   - {id: gw-503, every: 20s, from: -4m, text: '... "POST /v1/completions HTTP/1.1" 503 ...'}
 
@@ -571,7 +572,8 @@ def workload_pod_name(workload: Workload, ordinal: int) -> str:
         digest = hashlib.sha256(seed.encode()).digest()
         return "".join(alphabet[b % len(alphabet)] for b in digest[:size])
 
-    return f"{workload.name}-{word(workload.namespace + '/' + workload.name, 10)}-{word(f'{workload.name}/{ordinal}', 5)}"
+    template_hash = word(f"{workload.namespace}/{workload.name}", 10)
+    return f"{workload.name}-{template_hash}-{word(f'{workload.name}/{ordinal}', 5)}"
 
 
 def _no_duplicates(items: list[Any], what: str) -> None:

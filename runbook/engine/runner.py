@@ -28,6 +28,10 @@ from runbook.model.alert import Alert
 from runbook.model.playbook import Guard, Playbook, Step
 from runbook.registry import Kind, Registry
 
+# In a dry run nothing changed, so there is nothing to verify and no one to hand a change to.
+DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothing to verify",
+                 "flow.escalate": "dry run: would escalate here"}
+
 OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_back": 1, "escalated": 1}
 
 
@@ -188,6 +192,8 @@ class Engine:
                           record_evidence=lambda e: self._evidence(step, e))
         if spec.kind is Kind.REMEDIATION:
             return self._remediate(playbook, step, spec.name, ctx, action_params, context, actions)
+        if self.dry_run and step.uses in DRY_RUN_SKIPS:
+            return self._end(step, kind, "skipped", DRY_RUN_SKIPS[step.uses], {}, now)
         try:
             result: ActionResult = spec.func(ctx, action_params)
         except RunbookError as exc:
