@@ -6,6 +6,7 @@ Diagnostics only. An unreachable source fails the step; it never reads as "all c
 from __future__ import annotations
 
 import datetime as dt
+import math
 from typing import Literal
 
 import pydantic
@@ -90,7 +91,7 @@ def compare(ctx: StepContext, p: CompareParams) -> ActionResult:
     previous = _total(ctx.metrics.query(p.signal, at=at_previous, labels=p.labels))
     yesterday = _total(ctx.metrics.query(p.signal, at=at_baseline, labels=p.labels))
     series = ctx.metrics.query_range(p.signal, start=at_previous, end=ctx.now,
-                                     step_seconds=max(p.window / (p.chart_points - 1), 1.0), labels=p.labels)
+                                     step_seconds=float(max(math.ceil(p.window / (p.chart_points - 1)), 1)), labels=p.labels)
     shape = classify_change(now, previous, yesterday)
     points = [[t, v] for s in series[:1] for t, v in s.points]
     ctx.evidence("comparison", f"{p.signal}: now vs {format_duration(p.window)} ago vs yesterday",

@@ -232,7 +232,7 @@ class Engine:
             self._record(ev.GUARD_REFUSED, now, step=step.id, data={
                 "guard": guard_name, "reason": reason, "action": action,
                 "target": plan.target if plan else None})
-            return self._end(step, kind, "refused", f"refused by guard {guard_name}: {reason}",
+            return self._end(step, kind, "refused", f"guard {guard_name}: {reason}",
                              {"guard": guard_name, "reason": reason}, now, guard=guard_name)
 
         switched_off = self.kill_switch()
