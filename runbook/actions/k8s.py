@@ -75,7 +75,7 @@ def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
         if log.truncated:
             truncated.append(log.pod)
     count = sum(by_pod.values())
-    what = f"lines matching {p.pattern!r}" if p.pattern else "lines"
+    what = f"lines matching /{p.pattern}/" if p.pattern else "lines"
     ctx.evidence("logs", f"{what} in the last {format_duration(p.since)}", selector=selector, count=count,
                  by_pod=by_pod, excerpt=excerpt, truncated=truncated)
     note = f" (capped at {p.limit_bytes} bytes for {', '.join(truncated)})" if truncated else ""
