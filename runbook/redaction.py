@@ -146,8 +146,13 @@ def _key_value_spans(text: str) -> list[Span]:
             continue
         quoted = value[0] in "\"'"
         spans.append((v.start() + quoted, v.end() - quoted))
-        pos = v.end()
+        # The value may end in a key of its own (`token = HF_TOKEN: x`), whose value lies beyond
+        # this one: look again at the end of the value, not only after it.
+        pos = max(pos, v.end() - _KEY_REACH)
     return spans
+
+
+_KEY_REACH = 256  # longer than any key and separator we expect to see
 
 
 def _overlapping(pattern: re.Pattern[str], text: str, group: int) -> Iterator[re.Match[str]]:

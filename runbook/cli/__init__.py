@@ -21,6 +21,11 @@ COMMANDS = {
     "drill": ("runbook.cli.drill", "drill", "Run a playbook against a simulated incident, end to end."),
     "incidents": ("runbook.cli.incidents", "incidents", "List incidents from the journals in the state directory."),
     "rca": ("runbook.cli.incidents", "rca", "Write the RCA report of an incident from its journal."),
+    "run": ("runbook.cli.run", "run", "Run a playbook against the real cluster, guarded and journaled."),
+    "triage": ("runbook.cli.triage", "triage", "Ask Prometheus what is wrong and which playbook fits."),
+    "signals": ("runbook.cli.triage", "signals", "Show the signal catalog in effect (and check it)."),
+    "rules": ("runbook.cli.triage", "rules", "Export the playbooks' detect conditions as alerting rules."),
+    "serve": ("runbook.cli.serve", "serve", "Receive PagerDuty and Alertmanager webhooks and run playbooks."),
 }
 
 

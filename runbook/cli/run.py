@@ -1,0 +1,99 @@
+"""`runbook run PLAYBOOK`: run one playbook against the real backends, guarded and journaled.
+
+Params come from the playbook's defaults, then `--param k=v`; an alert file (Alertmanager v4 or
+a plain `{name, labels}` document) fills params through the playbook's `match.labels`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from runbook.cli.options import connection_options, safety_options
+from runbook.cli.output import output_option, print_json, stderr_console
+from runbook.errors import InvalidInput
+
+
+def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+    params = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--param")
+        params[key] = value
+    return params
+
+
+def resolve_playbook(name_or_path: str):
+    from runbook.loading import validation
+    from runbook.registry import default_registry
+
+    registry = default_registry()
+    path = Path(name_or_path)
+    if not path.is_file():
+        candidates = [d / f"{name_or_path}.yaml" for d in validation.default_paths()]
+        path = next((c for c in candidates if c.is_file()), None)  # type: ignore[assignment]
+        if path is None:
+            raise InvalidInput(f"no playbook {name_or_path!r}: give a file, or a name from `runbook list`")
+    loaded = validation.load_playbook_file(path, registry)
+    if loaded.playbook is None:
+        from runbook.loading.problems import format_report
+
+        raise InvalidInput(format_report(list(loaded.problems), file_label=loaded.file))
+    return loaded.playbook
+
+
+def alert_from_file(path: str):
+    from runbook.model.alert import Alert
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8") if path != "-" else click.get_text_stream("stdin").read())
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"cannot read the alert {path}: {exc}") from None
+    if isinstance(data, dict) and isinstance(data.get("alerts"), list) and data["alerts"]:
+        first = data["alerts"][0]
+        labels = {str(k): str(v) for k, v in (first.get("labels") or {}).items()}
+        return Alert("alertmanager", labels.get("alertname", ""), labels,
+                     {str(k): str(v) for k, v in (first.get("annotations") or {}).items()},
+                     status=str(first.get("status", "firing")), fingerprint=str(first.get("fingerprint", "")))
+    if isinstance(data, dict) and "name" in data:
+        return Alert("manual", str(data["name"]), {str(k): str(v) for k, v in (data.get("labels") or {}).items()})
+    raise InvalidInput(f"{path}: expected an Alertmanager webhook payload or {{name, labels}}")
+
+
+@click.command()
+@click.argument("playbook")
+@click.option("--param", "-p", "params", multiple=True, help="A playbook param, key=value (repeatable).")
+@click.option("--alert", "alert_path", default=None, help="An alert JSON file ('-' for stdin) whose labels fill params.")
+@connection_options
+@safety_options
+@output_option
+def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_path: str | None,
+        prometheus_url: str | None, kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
+        namespace: str | None, yes: bool, dry_run: bool, operator_name: str | None, output: str) -> None:
+    """Run PLAYBOOK (a name from `runbook list`, or a file) against the real cluster."""
+    from runbook.cli.connect import Connection, close_world, real_world
+    from runbook.cli.running import result_document, run_playbook
+    from runbook.config import load_config
+
+    book = resolve_playbook(playbook)
+    alert = alert_from_file(alert_path) if alert_path else None
+    values: dict[str, str] = {}
+    if alert is not None:
+        values.update({param: alert.labels[label] for param, label in book.match.labels.items() if label in alert.labels})
+    values.update(parse_params(params))
+    if namespace:
+        values["namespace"] = namespace
+    world = real_world(load_config(config_path), Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
+    try:
+        result, journal = run_playbook(book, world, alert=alert, params=values, yes=yes, dry_run=dry_run,
+                                       operator_name=operator_name, live=output == "text")
+    finally:
+        close_world(world)
+    if output == "json":
+        print_json(result_document(result, journal))
+    else:
+        stderr_console().print(f"journal: {journal}", markup=False, highlight=False)
+    raise SystemExit(result.exit_code)

@@ -1,0 +1,55 @@
+"""Running a playbook for real from the terminal: journal, operator, locks, live view, result.
+
+Shared by `runbook run` and `runbook triage --run`, so both behave the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from runbook import journal as journals
+from runbook import settings
+from runbook.backends.base import World
+from runbook.clock import SystemClock
+from runbook.engine.runner import Engine, RunResult, default_operator_name
+from runbook.locks import LocalLocks
+from runbook.model.alert import Alert
+from runbook.model.playbook import Playbook
+from runbook.registry import default_registry
+
+
+def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, params: Mapping[str, Any],
+                 yes: bool, dry_run: bool, operator_name: str | None, live: bool) -> tuple[RunResult, str]:
+    """Run and journal it; returns the result and the journal's path."""
+    from runbook.cli.live import LiveView
+    from runbook.cli.output import stderr_console
+    from runbook.cli.prompt import operator_for
+
+    console = stderr_console()
+    state = settings.state_dir()
+    clock = SystemClock()
+    incident = journals.new_incident_id(clock.now(), playbook.name)
+    journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
+    if live:
+        console.print(f"[dim]incident {incident}[/]")
+        journal.subscribe(LiveView(console))
+    operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
+    engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
+                    locks=LocalLocks(state), history=journals.History(state), dry_run=dry_run,
+                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
+    try:
+        result = engine.run(playbook, alert=alert, params=params)
+    finally:
+        journal.close()
+    return result, str(journal.path)
+
+
+def result_document(result: RunResult, journal_path: str) -> dict[str, Any]:
+    refused = next((s for s in result.steps if s.status == "refused"), None)
+    return {"incident_id": result.incident, "playbook": result.playbook, "outcome": result.outcome,
+            "reason": result.reason, "journal": journal_path,
+            "refused": {"step": refused.id, "guard": refused.guard, "reason": refused.result.get("reason")}
+            if refused else None,
+            "actions": [a.to_json() for a in result.actions],
+            "steps": [{"id": s.id, "uses": s.uses, "status": s.status, "summary": s.summary} for s in result.steps]}

@@ -1,0 +1,97 @@
+"""The config file: one YAML document whose top-level sections belong to the backends.
+
+Found at `--config`, else `$RUNBOOK_CONFIG`, else `./runbook.yaml`, else
+`$XDG_CONFIG_HOME/runbook/config.yaml` (`~/.config/runbook/config.yaml`); a path given
+explicitly must exist. Each owner validates its own section with `section_model`, so every
+problem is reported as `file:line:col` like a playbook's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pydantic
+
+from runbook.errors import InvalidInput
+
+SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook", "safety", "playbooks")
+CONFIG_ENV = "RUNBOOK_CONFIG"
+
+Model = TypeVar("Model", bound=pydantic.BaseModel)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    path: Path | None
+    sections: Mapping[str, Any]
+    positions: Any = None  # loading.yamlsource.Positions of the file, for error locations
+
+    def section(self, name: str) -> dict[str, Any]:
+        if name not in SECTIONS:
+            raise ValueError(f"unknown config section {name!r}")
+        value = self.sections.get(name) or {}
+        return dict(value)
+
+    def section_model(self, name: str, model: type[Model]) -> Model:
+        """The section validated against `model`; problems raise InvalidInput located in the file."""
+        try:
+            return model.model_validate(self.section(name))
+        except pydantic.ValidationError as exc:
+            from runbook.loading.problems import problems_from_validation_error
+
+            file = str(self.path) if self.path else "<no config file>"
+            problems = problems_from_validation_error(exc, file=file, positions=self.positions,
+                                                      base_path=(name,), model=model)
+            raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
+                               + "\n".join(p.format() for p in problems)) from None
+
+
+EMPTY = Config(None, {})
+
+
+def find_config(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path | None:
+    env = os.environ if env is None else env
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise InvalidInput(f"config file {path} does not exist (given with --config)")
+        return path
+    if env.get(CONFIG_ENV):
+        path = Path(env[CONFIG_ENV]).expanduser()
+        if not path.is_file():
+            raise InvalidInput(f"config file {path} does not exist (given with {CONFIG_ENV})")
+        return path
+    candidates = [Path("runbook.yaml")]
+    base = Path(env["XDG_CONFIG_HOME"]).expanduser() if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
+    candidates.append(base / "runbook" / "config.yaml")
+    return next((p for p in candidates if p.is_file()), None)
+
+
+def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
+    path = find_config(explicit, env)
+    if path is None:
+        return EMPTY
+    from runbook.loading.problems import did_you_mean, problem
+    from runbook.loading.yamlsource import load_yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read the config file {path}: {exc}") from None
+    doc = load_yaml(text, file=str(path))
+    problems = list(doc.problems)
+    data = doc.data if doc.data is not None else {}
+    if doc.data is not None and not isinstance(data, Mapping):
+        raise InvalidInput(f"{path}: the config file must be a mapping of sections ({', '.join(SECTIONS)})")
+    for key in data:
+        if key not in SECTIONS:
+            problems.append(problem("unknown-key", file=str(path), position=doc.positions.key((key,)), path=str(key),
+                                    message=f"unknown config section `{key}`", hint=did_you_mean(str(key), SECTIONS)))
+    if problems:
+        raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
+                           + "\n".join(p.format() for p in sorted(problems)))
+    return Config(path, dict(data), doc.positions)
