@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import getpass
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +28,9 @@ from runbook.model import events as ev
 from runbook.model.alert import Alert
 from runbook.model.playbook import Guard, Playbook, Step
 from runbook.registry import Kind, Registry
+
+HISTORY_CONTEXT_SECONDS = 900.0  # at least 15 minutes of context before the alert
+HISTORY_POINTS = 120
 
 # In a dry run nothing changed, so there is nothing to verify and no one to hand a change to.
 DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothing to verify",
@@ -109,6 +113,10 @@ class Engine:
                                                  "params": merged, "holder": self.holder,
                                                  "root_cause_hints": list(playbook.rca.root_cause_hints)})
         outcome, reason = "resolved", "every step finished"
+        self._started_at = now
+        self._signals: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        if playbook.detect is not None:
+            self._signals[playbook.detect.signal] = ({}, ())
         steps: list[StepOutcome] = []
         actions: list[AppliedAction] = []
         escalated = False
@@ -149,6 +157,7 @@ class Engine:
 
     def _finish(self, playbook: Playbook, outcome: str, reason: str, steps: list[StepOutcome],
                 actions: list[AppliedAction]) -> RunResult:
+        self._record_signal_history()
         self._record(ev.RUN_FINISHED, self.clock.now(), data={
             "outcome": outcome, "reason": reason, "dry_run": self.dry_run,
             "steps": {s.id: s.status for s in steps},
@@ -187,6 +196,7 @@ class Engine:
         except pydantic.ValidationError as exc:
             problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'with'}: {e['msg']}" for e in exc.errors())
             return self._end(step, kind, "failed", f"params after templating are invalid: {problems}", {}, now)
+        self._remember_signal(action_params)
         ctx = StepContext(world=self.world, clock=self.clock, now=now, step_id=step.id, params=params,
                           dry_run=self.dry_run, timeout=step.timeout or self.default_timeout,
                           record_evidence=lambda e: self._evidence(step, e))
@@ -206,6 +216,36 @@ class Engine:
         elif step.uses == "flow.escalate":
             self._record(ev.ESCALATED, now, step=step.id, data={"reason": result.summary, **result.result})
         return self._end(step, kind, result.status, result.summary, result.result, now)
+
+    def _remember_signal(self, action_params: Any) -> None:
+        signal = getattr(action_params, "signal", None)
+        if isinstance(signal, str):
+            labels = dict(getattr(action_params, "labels", {}) or {})
+            by = tuple(getattr(action_params, "by", ()) or ())
+            known = self._signals.get(signal)
+            # Keep the most detailed view asked for: a per-pod chart says more than a total.
+            if known is None or (by and not known[1]):
+                self._signals[signal] = (labels, by)
+
+    def _record_signal_history(self) -> None:
+        """Each signal the run read, over the incident and as long again before it: the report's charts."""
+        metrics = self.world.metrics
+        if metrics is None or not getattr(self, "_signals", None):
+            return
+        end = self.clock.now()
+        span = max(HISTORY_CONTEXT_SECONDS, (end - self._started_at).total_seconds())
+        begin = self._started_at - dt.timedelta(seconds=span)
+        step = float(max(1, math.ceil((end - begin).total_seconds() / HISTORY_POINTS)))
+        for signal, (labels, by) in sorted(self._signals.items()):
+            data: dict[str, Any] = {"kind": "series", "title": f"{signal} around the incident", "signal": signal,
+                                    "labels": labels, "by": list(by), "start": begin, "end": end, "step": step}
+            try:
+                series = metrics.query_range(signal, start=begin, end=end, step_seconds=step, labels=labels, by=by)
+            except BackendError as exc:
+                data["error"] = str(exc)
+                series = []
+            data["series"] = [{"labels": dict(s.labels), "points": [[t, v] for t, v in s.points]} for s in series]
+            self._record(ev.EVIDENCE, end, data=data)
 
     def _evidence(self, step: Step, evidence: Evidence) -> None:
         self._record(ev.EVIDENCE, self.clock.now(), step=step.id,

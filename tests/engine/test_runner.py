@@ -17,7 +17,9 @@ from tests.engine.helpers import cluster, engine, playbook
 
 APPLIED_IN_ORDER = [ev.RUN_STARTED, ev.STEP_STARTED, ev.EVIDENCE, ev.STEP_FINISHED, ev.STEP_STARTED,
                     ev.ACTION_PLANNED, ev.GUARD_PASSED, ev.ACTION_CONFIRMED, ev.ACTION_APPLIED, ev.STEP_FINISHED,
-                    ev.STEP_STARTED, ev.EVIDENCE, ev.VERIFY_PASSED, ev.STEP_FINISHED, ev.RUN_FINISHED]
+                    ev.STEP_STARTED, ev.EVIDENCE, ev.VERIFY_PASSED, ev.STEP_FINISHED,
+                    ev.EVIDENCE,  # the signal's history around the incident, for the report's chart
+                    ev.RUN_FINISHED]
 
 
 def oom_until_changed(c):
@@ -222,4 +224,14 @@ def test_skipped_by_when_leaves_no_start_event(clock):
     e = engine(clock)
     result = e.run(playbook(text, "{}"))
     assert result.steps[0].status == "skipped"
-    assert [x.type for x in e.journal.events()] == [ev.RUN_STARTED, ev.STEP_FINISHED, ev.RUN_FINISHED]
+    assert [x.type for x in e.journal.events()] == [ev.RUN_STARTED, ev.STEP_FINISHED, ev.EVIDENCE, ev.RUN_FINISHED]
+
+
+def test_the_run_ends_with_each_signals_history(clock):
+    c = cluster()
+    e = engine(clock, metrics=oom_until_changed(c), cluster_=c)
+    e.run(playbook())
+    [history] = [x for x in e.journal.events() if x.type == ev.EVIDENCE and x.data["kind"] == "series"]
+    assert history.data["signal"] == "oom_failures_per_min"
+    points = history.data["series"][0]["points"]
+    assert points[0][1] == 4.0 and points[-1][1] == 0.0  # before the fix, and after it
