@@ -229,7 +229,9 @@ def test_skipped_by_when_leaves_no_start_event(clock):
 
 def test_the_run_ends_with_each_signals_history(clock):
     c = cluster()
-    e = engine(clock, metrics=oom_until_changed(c), cluster_=c)
+    fixed_at = clock.now() + dt.timedelta(seconds=30)
+    e = engine(clock, metrics=FakeMetrics({"oom_failures_per_min": lambda at: 4.0 if at < fixed_at else 0.0}),
+               cluster_=c)
     e.run(playbook())
     [history] = [x for x in e.journal.events() if x.type == ev.EVIDENCE and x.data["kind"] == "series"]
     assert history.data["signal"] == "oom_failures_per_min"
