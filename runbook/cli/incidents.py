@@ -41,13 +41,17 @@ def incidents(output: str) -> None:
 
 @click.command()
 @click.argument("incident")
-@click.option("-o", "--out", "out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the report here (default: stdout).")
-def rca(incident: str, out: Path | None) -> None:
+@click.option("-o", "--out", "out", default=None,
+              help="Where to write the report (default: rca.md or rca.html in the incident's folder; - for stdout).")
+@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
+              help="Markdown links its charts (PNG files beside it); HTML is one file with the charts inside.")
+@click.option("--template", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="A Jinja2 template to use instead of the bundled one.")
+def rca(incident: str, out: str | None, fmt: str, template: Path | None) -> None:
     """Write the RCA report of INCIDENT (an id from `runbook incidents`, or a journal path)."""
     from runbook import settings
     from runbook.journal import incident_dir, read_journal
-    from runbook.reporting.rca import render_markdown
+    from runbook.reporting.rca import render, write_report
 
     path = Path(incident)
     if not path.is_file():
@@ -57,9 +61,12 @@ def rca(incident: str, out: Path | None) -> None:
     read = read_journal(path)
     for warning in read.warnings:
         stderr_console().print(f"warning: {warning}", markup=False)
-    text = render_markdown(read.events)
-    if out is None:
-        click.echo(text, nl=False)
-    else:
-        out.write_text(text, encoding="utf-8")
-        stderr_console().print(f"wrote {out}", markup=False)
+    if not read.events:
+        raise InvalidInput(f"{path} holds no events")
+    if out == "-":
+        # Markdown on stdout cannot carry chart files; HTML carries them inline.
+        click.echo(render(read.events, fmt=fmt, template=template, with_charts=fmt == "html").text, nl=False)
+        return
+    target = Path(out) if out else path.parent / f"rca.{fmt}"
+    written = write_report(path, target, fmt=fmt, template=template)
+    click.echo(str(written))

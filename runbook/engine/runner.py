@@ -20,7 +20,7 @@ from runbook.actions.base import ActionResult, Evidence, Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine import guards, templating
-from runbook.engine.operator import ConfirmRequest, Operator
+from runbook.engine.operator import Confirmation, ConfirmRequest, Operator
 from runbook.errors import BackendError, BackendUnavailable, InvalidInput, Refused, RunbookError
 from runbook.journal import History, Journal
 from runbook.locks import Locks
@@ -36,7 +36,16 @@ HISTORY_POINTS = 120
 DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothing to verify",
                  "flow.escalate": "dry run: would escalate here"}
 
-OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_back": 1, "escalated": 1}
+OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_back": 1, "escalated": 1,
+                "proposed": 4}
+
+# Journaled when an operator leaves a planned change to a human instead of approving it.
+ACTION_PROPOSED = "action.proposed"
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposed(Confirmation):
+    """An operator's answer that records the change as proposed for a human: the run stops there."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +53,7 @@ class StepOutcome:
     id: str
     uses: str
     kind: str
-    status: str  # ok | changed | would_change | skipped | refused | failed
+    status: str  # ok | changed | would_change | skipped | proposed | refused | failed
     summary: str
     result: dict[str, Any]
     guard: str | None = None  # the refusing guard
@@ -101,7 +110,8 @@ class Engine:
     # -- the run ---------------------------------------------------------------------------
 
     def run(self, playbook: Playbook, *, alert: Alert | None = None, params: Mapping[str, Any] | None = None,
-            record_alert: bool = True) -> RunResult:
+            record_alert: bool = True, skip: Mapping[str, str] | None = None) -> RunResult:
+        """`skip`: step id → why it is not run this time (e.g. applied by an earlier run of the incident)."""
         now = self.clock.now()
         if alert is not None and record_alert:
             self._record(ev.ALERT_RECEIVED, now, data=alert.to_json())
@@ -111,7 +121,8 @@ class Engine:
         self._record(ev.RUN_STARTED, now, data={"playbook": playbook.name, "title": playbook.title,
                                                  "severity": playbook.severity, "dry_run": self.dry_run,
                                                  "params": merged, "holder": self.holder,
-                                                 "root_cause_hints": list(playbook.rca.root_cause_hints)})
+                                                 "root_cause_hints": list(playbook.rca.root_cause_hints),
+                                                 "improvements": playbook.rca.improvements.model_dump(mode="json")})
         outcome, reason = "resolved", "every step finished"
         self._started_at = now
         self._signals: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
@@ -126,11 +137,20 @@ class Engine:
             return self._finish(playbook, "failed", f"params: {exc}", steps, actions)
         context: dict[str, Any] = {**base, "params": rendered_params, "steps": {}}
         for step in playbook.steps:
-            out = self._run_step(playbook, step, context, rendered_params, actions)
+            if skip and step.id in skip:
+                spec = self.registry.get(step.uses)
+                out = self._end(step, spec.kind.value if spec else "control", "skipped", skip[step.id], {},
+                                self.clock.now(), started=False, not_started="skip")
+            else:
+                out = self._run_step(playbook, step, context, rendered_params, actions)
             steps.append(out)
             context["steps"][step.id] = {"outcome": out.status, "summary": out.summary, "result": out.result}
             if step.uses == "flow.escalate" and out.status == "ok":
                 escalated = True
+            if out.status == "proposed":
+                # What follows a proposed change assumes it was made: wait for the human's approval.
+                outcome, reason = "proposed", out.summary
+                break
             if out.status not in ("refused", "failed") or step.on_fail == "continue":
                 continue
             if out.status == "refused":
@@ -252,12 +272,12 @@ class Engine:
                      data={"kind": evidence.kind, "title": evidence.title, **evidence.data})
 
     def _end(self, step: Step, kind: str, status: str, summary: str, result: dict[str, Any], now: dt.datetime,
-             *, started: bool = True, guard: str | None = None) -> StepOutcome:
+             *, started: bool = True, guard: str | None = None, not_started: str = "when") -> StepOutcome:
         data: dict[str, Any] = {"status": status, "summary": summary, "uses": step.uses, "kind": kind}
         if guard:
             data["guard"] = guard
         if not started:
-            data["reason"] = "when"
+            data["reason"] = not_started
         self._record(ev.STEP_FINISHED, self.clock.now(), step=step.id, data=data)
         return StepOutcome(step.id, step.uses, kind, status, summary, result, guard)
 
@@ -333,6 +353,11 @@ class Engine:
                 if guard.confirm:
                     answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,
                                                                   plan.summary, tuple(plan.diff())))
+                    if isinstance(answer, Proposed):
+                        self._record(ACTION_PROPOSED, self.clock.now(), step=step.id,
+                                     data={**plan_data, "by": answer.by, "reason": answer.reason})
+                        return self._end(step, kind, "proposed", f"proposed: {plan.summary} ({answer.reason})",
+                                         result_view, now)
                     if not answer.approved:
                         return refuse("confirm", f"{answer.reason} (asked {answer.by})", plan)
                     by = answer.by

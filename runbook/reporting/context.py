@@ -1,0 +1,338 @@
+"""Journal events → the RCA report's context: a plain dict the templates only lay out.
+
+Pure: no files, no clock. Follows the Google SRE postmortem skeleton and the SOP's step 3:
+timeline to the second, milestones, evidence, actions with guard decisions, root cause with
+what the run measured, improvements by horizon, lessons as prompts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from runbook import redaction
+from runbook.model import events as ev
+from runbook.model.duration import format_duration
+
+EXCERPT_LINES = 24
+EXCERPT_CHARS = 2400
+
+
+def _clock(at: dt.datetime) -> str:
+    return at.astimezone(dt.timezone.utc).strftime("%H:%M:%S")
+
+
+def relative(at: dt.datetime, origin: dt.datetime) -> str:
+    seconds = int(round((at - origin).total_seconds()))
+    sign = "-" if seconds < 0 else "+"
+    seconds = abs(seconds)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"T{sign}{hours}:{minutes:02d}:{secs:02d}" if hours else f"T{sign}{minutes:02d}:{secs:02d}"
+
+
+def actor(event: ev.Event) -> str:
+    d = event.data
+    if event.type == ev.ALERT_RECEIVED:
+        return f"{d.get('source') or 'alert'}"
+    if event.type == ev.ACTION_CONFIRMED:
+        return f"{d.get('by') or 'operator'}"
+    if event.type == ev.ACTION_APPLIED:
+        return "engine"
+    if event.type in (ev.RUN_STARTED, ev.RUN_FINISHED):
+        return str(d.get("holder") or "engine")
+    return "engine"
+
+
+def describe(event: ev.Event) -> str:
+    """One line for the timeline."""
+    d = event.data
+    labels = ", ".join(f"{k}={v}" for k, v in (d.get("labels") or {}).items())
+    match event.type:
+        case ev.ALERT_RECEIVED:
+            return f"alert {d.get('name')} {d.get('status', 'firing')}" + (f" ({labels})" if labels else "")
+        case ev.RUN_STARTED:
+            return f"playbook {d.get('playbook')} started" + (" (dry run)" if d.get("dry_run") else "")
+        case ev.STEP_STARTED:
+            return f"step {event.step} started ({d.get('uses')})"
+        case ev.STEP_FINISHED:
+            return f"step {event.step} {d.get('status')}: {d.get('summary')}"
+        case ev.EVIDENCE:
+            return f"evidence: {d.get('title')}"
+        case ev.ACTION_PLANNED:
+            return f"planned: {d.get('summary')}"
+        case ev.GUARD_PASSED:
+            return "guards passed: " + ", ".join(g.get("guard", "?") for g in d.get("guards", []))
+        case ev.GUARD_REFUSED:
+            return f"refused by guard {d.get('guard')}: {d.get('reason')}"
+        case ev.ACTION_CONFIRMED:
+            return f"confirmed ({d.get('how')})"
+        case ev.ACTION_APPLIED:
+            return f"applied: {d.get('summary')} (approved by {d.get('by')})"
+        case ev.ACTION_SKIPPED:
+            return f"not applied: {d.get('reason')}"
+        case ev.ACTION_FAILED:
+            return f"failed to apply on {d.get('target')}: {d.get('error')}"
+        case ev.VERIFY_PASSED:
+            return f"verified: {d.get('summary')}"
+        case ev.VERIFY_FAILED:
+            return f"verification failed: {d.get('summary')}"
+        case ev.ROLLBACK_APPLIED:
+            return f"rolled back {d.get('target')} to {_inline(d.get('restored'))}"
+        case ev.ROLLBACK_FAILED:
+            return f"rollback failed on {d.get('target')}: {d.get('error')}"
+        case ev.NOTE:
+            return f"note: {d.get('message')}"
+        case ev.ESCALATED:
+            return f"escalated: {d.get('reason')}"
+        case ev.RUN_FINISHED:
+            return f"run finished {d.get('outcome')}: {d.get('reason')}"
+    return event.type
+
+
+def _inline(value: Any) -> str:
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_inline(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    return str(value)
+
+
+def evidence_text(data: dict[str, Any]) -> str:
+    """The full text of one piece of evidence, as a human would want to read it."""
+    kind = data.get("kind")
+    if kind == "command":
+        text = str(data.get("stdout") or "")
+        if data.get("stderr"):
+            text += ("\n" if text else "") + "[stderr]\n" + str(data["stderr"])
+        return text.rstrip() or f"(no output, exit code {data.get('exit_code')})"
+    if kind == "logs":
+        lines = [f"{data.get('count', 0)} matching line(s); by pod: {_inline(data.get('by_pod') or {})}"]
+        return "\n".join(lines + list(data.get("excerpt") or []))
+    if kind == "samples" and "samples" in data:
+        rows = data.get("samples") or []
+        if not rows:
+            return "no data"
+        return "\n".join(f"{_inline(r.get('labels')) or '(total)'}: {r.get('value'):g}" for r in rows)
+    if kind == "samples" and "readings" in data:
+        return "\n".join(f"{r[0]}  {r[1] if r[1] is not None else 'no reading'}  {'holds' if r[2] else 'does not hold'}"
+                         for r in data.get("readings") or [])
+    if kind == "comparison":
+        return (f"now: {data.get('now')}\n{format_duration(data.get('window') or 0)} ago: {data.get('previous')}\n"
+                f"same time yesterday: {data.get('yesterday')}\nshape: {data.get('shape')}")
+    if kind == "pods":
+        return "\n".join(f"{p.get('name')}: {'ready' if p.get('ready') else 'NOT ready'}, {p.get('phase')}, "
+                         f"restarts {p.get('restarts')}, node {p.get('node') or '-'}"
+                         + (f", last termination {p.get('last_termination_reason')}" if p.get("last_termination_reason") else "")
+                         for p in data.get("pods") or [])
+    if kind == "probe":
+        return "\n".join(f"{name}: " + (f"HTTP {a.get('status')} in {a.get('seconds')}s" if "status" in a else str(a.get("error")))
+                         for name, a in (data.get("answers") or {}).items())
+    if kind == "gpu":
+        gpus = "\n".join(f"GPU {g.get('index')}: {g.get('used_mib')} / {g.get('total_mib')} MiB used, "
+                         f"{g.get('accounted_mib')} MiB accounted to processes" for g in data.get("gpus") or [])
+        holders = "\n".join(f"PID {h.get('pid')} {h.get('command')} holds {', '.join(h.get('devices') or [])}: "
+                            f"{h.get('role')}" + (f" (pod {h.get('pod')})" if h.get("pod") else "")
+                            for h in data.get("holders") or [])
+        return gpus + ("\n" + holders if holders else "")
+    rest = {k: v for k, v in data.items() if k not in ("kind", "title")}
+    return json.dumps(rest, indent=1, default=str, ensure_ascii=False)
+
+
+def excerpt(text: str) -> tuple[str, bool]:
+    lines = text.splitlines()
+    short = "\n".join(lines[:EXCERPT_LINES])
+    if len(short) > EXCERPT_CHARS:
+        short = short[:EXCERPT_CHARS]
+    return short, short != text
+
+
+def _peaks(events: Sequence[ev.Event], start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
+    """The highest value of each signal the run read, from its history and from its instant queries."""
+    best: dict[str, tuple[float, str, str]] = {}
+
+    def offer(signal: str, value: Any, at: dt.datetime, labels: Any) -> None:
+        if value is None or at < start or at > end:
+            return
+        if signal not in best or float(value) > best[signal][0]:
+            best[signal] = (float(value), _clock(at), _inline(labels or {}) or "total")
+
+    for event in events:
+        if event.type != ev.EVIDENCE or not event.data.get("signal"):
+            continue
+        signal = str(event.data["signal"])
+        if event.data.get("kind") == "series":
+            for series in event.data.get("series") or []:
+                for at_text, value in series.get("points") or []:
+                    offer(signal, value, ev.parse_iso(at_text) if isinstance(at_text, str) else at_text,
+                          series.get("labels"))
+        elif event.data.get("kind") == "samples" and event.data.get("samples"):
+            at_text = event.data.get("at")
+            at = ev.parse_iso(at_text) if isinstance(at_text, str) else event.at
+            for row in event.data["samples"]:
+                offer(signal, row.get("value"), at, row.get("labels"))
+    return [{"signal": signal, "value": f"{value:g}", "at": at, "where": where}
+            for signal, (value, at, where) in sorted(best.items())]
+
+
+def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
+    if not events:
+        raise ValueError("the journal has no events")
+    events = sorted(events, key=lambda e: e.seq)
+    first = events[0]
+    alert = next((e for e in events if e.type == ev.ALERT_RECEIVED), None)
+    origin = alert.at if alert else first.at
+    started = next((e for e in events if e.type == ev.RUN_STARTED), None)
+    finished = [e for e in events if e.type == ev.RUN_FINISHED]
+    run = started.data if started else {}
+    end = finished[-1] if finished else None
+    last_at = events[-1].at
+
+    timeline = [{"seq": e.seq, "clock": _clock(e.at), "relative": relative(e.at, origin), "actor": actor(e),
+                 "type": e.type, "step": e.step or "", "what": describe(e)} for e in events]
+
+    planned = [e for e in events if e.type == ev.ACTION_PLANNED]
+    applied = [e for e in events if e.type == ev.ACTION_APPLIED]
+    refused = [e for e in events if e.type == ev.GUARD_REFUSED]
+    verified = [e for e in events if e.type == ev.VERIFY_PASSED]
+    series_events = [e for e in events if e.type == ev.EVIDENCE and e.data.get("kind") == "series"]
+
+    actions = []
+    for plan in planned:
+        related = [e for e in events if e.step == plan.step and e.seq > plan.seq]
+        passed = next((e for e in related if e.type == ev.GUARD_PASSED), None)
+        outcome = next((e for e in related if e.type in (ev.ACTION_APPLIED, ev.GUARD_REFUSED, ev.ACTION_SKIPPED,
+                                                          ev.ACTION_FAILED)), None)
+        confirmed = next((e for e in related if e.type == ev.ACTION_CONFIRMED), None)
+        status = {ev.ACTION_APPLIED: "applied", ev.GUARD_REFUSED: "refused", ev.ACTION_SKIPPED: "not applied",
+                  ev.ACTION_FAILED: "failed"}.get(outcome.type if outcome else "", "planned (dry run)"
+                                                  if plan.data.get("dry_run") else "planned")
+        actions.append({
+            "step": plan.step, "action": plan.data.get("action"), "target": plan.data.get("target"),
+            "summary": plan.data.get("summary"), "before": _inline(plan.data.get("before")),
+            "after": _inline(plan.data.get("after")), "diff": plan.data.get("diff") or [], "status": status,
+            "at": _clock(outcome.at if outcome else plan.at), "relative": relative(outcome.at if outcome else plan.at, origin),
+            "confirmed_by": confirmed.data.get("by") if confirmed else None,
+            "guards": [g.get("guard") for g in (passed.data.get("guards") if passed else [])],
+            "refusal": ({"guard": outcome.data.get("guard"), "reason": outcome.data.get("reason")}
+                        if outcome and outcome.type == ev.GUARD_REFUSED else None),
+            "note": outcome.data.get("reason") if outcome and outcome.type == ev.ACTION_SKIPPED else None,
+        })
+    refusals = [{"step": e.step, "guard": e.data.get("guard"), "reason": e.data.get("reason"), "at": _clock(e.at)}
+                for e in refused]
+    rollbacks = [{"step": e.step, "target": e.data.get("target"), "restored": _inline(e.data.get("restored")),
+                  "at": _clock(e.at)} for e in events if e.type == ev.ROLLBACK_APPLIED]
+    escalations = [{"step": e.step, "reason": e.data.get("reason"), "at": _clock(e.at)}
+                   for e in events if e.type == ev.ESCALATED]
+
+    evidence, appendix = [], []
+    for e in events:
+        if e.type != ev.EVIDENCE or e.data.get("kind") == "series":
+            continue
+        text = evidence_text(e.data)
+        short, cut = excerpt(text)
+        number = len(evidence) + 1
+        evidence.append({"number": number, "step": e.step or "", "title": e.data.get("title"), "kind": e.data.get("kind"),
+                         "clock": _clock(e.at), "text": short, "cut": cut})
+        if cut:
+            appendix.append({"number": number, "title": e.data.get("title"), "text": text})
+
+    first_plan = planned[0].at if planned else None
+    diagnostics_done = [e for e in events if e.type == ev.STEP_FINISHED and e.data.get("kind") == "diagnostic"
+                        and (first_plan is None or e.seq < planned[0].seq)]
+    milestones = [("detected", origin), ("diagnosed", diagnostics_done[-1].at if diagnostics_done else None),
+                  ("mitigated", applied[-1].at if applied else None), ("verified", verified[-1].at if verified else None),
+                  ("ended", end.at if end else None)]
+    milestone_rows = [{"name": name, "clock": _clock(at) if at else "—", "relative": relative(at, origin) if at else "—",
+                       "after": format_duration((at - origin).total_seconds()) if at else "—"} for name, at in milestones]
+    durations = {name: format_duration((at - origin).total_seconds()) for name, at in milestones if at is not None}
+
+    peaks = _peaks(events, origin - dt.timedelta(minutes=10), last_at)
+    measured = _measured(applied, verified, peaks)
+    improvements = {h: list((run.get("improvements") or {}).get(h) or []) for h in ("short", "mid", "long")}
+    improvements["short"] = _prefilled(applied) + improvements["short"]
+    outcome = end.data.get("outcome") if end else "unfinished"
+    context = {
+        "incident": first.incident, "playbook": run.get("playbook") or "?", "title": run.get("title") or run.get("playbook"),
+        "severity": run.get("severity") or "?", "dry_run": bool(run.get("dry_run")),
+        "date": origin.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"),
+        "status": outcome, "reason": end.data.get("reason") if end else "the journal ends without run.finished: the run was interrupted",
+        "alert": {"name": alert.data.get("name"), "source": alert.data.get("source"),
+                  "labels": _inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
+                  "summary": (alert.data.get("annotations") or {}).get("summary", "")} if alert else None,
+        "summary": _summary(alert, applied, verified, outcome, origin, refusals),
+        "peaks": peaks, "timeline": timeline, "milestones": milestone_rows, "durations": durations,
+        "actions": actions, "refusals": refusals, "rollbacks": rollbacks, "escalations": escalations,
+        "evidence": evidence, "appendix": appendix, "root_cause_hints": list(run.get("root_cause_hints") or []),
+        "measured": measured, "improvements": improvements,
+        "signals": [e.data.get("signal") for e in series_events],
+        "markers": _markers(events, origin),
+    }
+    # Second line of defence: the journal was redacted when written; redact again before rendering.
+    return redaction.redact(context)
+
+
+def _summary(alert: ev.Event | None, applied: list[ev.Event], verified: list[ev.Event], outcome: str,
+             origin: dt.datetime, refusals: list[dict[str, Any]]) -> str:
+    parts = []
+    if alert is not None:
+        parts.append(f"Alert {alert.data.get('name')} fired at {_clock(alert.at)} UTC.")
+    if applied:
+        parts.append("The run " + "; ".join(f"{e.data.get('summary')} ({relative(e.at, origin)})" for e in applied) + ".")
+    else:
+        parts.append("No remediation was applied.")
+    if refusals:
+        parts.append("Refused: " + "; ".join(f"{r['step']} by guard {r['guard']} ({r['reason']})" for r in refusals) + ".")
+    if verified:
+        parts.append(f"Recovery was verified at {_clock(verified[-1].at)} UTC, "
+                     f"{format_duration((verified[-1].at - origin).total_seconds())} after the alert.")
+    parts.append(f"Outcome: {outcome}.")
+    return " ".join(parts)
+
+
+def _measured(applied: list[ev.Event], verified: list[ev.Event], peaks: list[dict[str, Any]]) -> list[str]:
+    lines = [f"{p['signal']} peaked at {p['value']} ({p['where']}) at {p['at']} UTC" for p in peaks]
+    last_change = applied[-1].at if applied else None
+    for e in applied:
+        before, after = e.data.get("before") or {}, e.data.get("after") or {}
+        changed = [f"`{k}` {before[k]} → {after[k]}" for k in after if k in before and before[k] != after[k]]
+        lines.append(f"{e.data.get('action')} on {e.data.get('target')}: " + (", ".join(changed) or e.data.get("summary", "")))
+    for e in verified:
+        held_since = e.data.get("held_since")
+        if last_change is not None and isinstance(held_since, str):
+            delta = (ev.parse_iso(held_since) - last_change).total_seconds()
+            lines.append(f"{e.data.get('condition')}: held from {format_duration(max(delta, 0))} after the last change")
+        else:
+            lines.append(str(e.data.get("summary")))
+    return lines
+
+
+def _prefilled(applied: list[ev.Event]) -> list[str]:
+    out = []
+    for e in applied:
+        action, after, target = e.data.get("action"), e.data.get("after") or {}, e.data.get("target")
+        if action == "k8s.set_arg":
+            for flag, value in after.items():
+                out.append(f"Make `{flag}` {value} permanent in the manifest of {target} (it was patched live)")
+        elif action == "k8s.scale":
+            out.append(f"Scale {target} back to its normal replica count once stable (now {after.get('replicas')})")
+        elif action == "k8s.delete_pod":
+            out.append(f"Find why {', '.join(e.data.get('before', {}).get('pods', []))} hung (see the evidence)")
+        elif action == "node.kill_pids":
+            out.append(f"Find why PID {', '.join(map(str, after.get('pids', [])))} outlived its container")
+    return out
+
+
+def _markers(events: Sequence[ev.Event], origin: dt.datetime) -> list[dict[str, Any]]:
+    """Vertical lines for the charts: the alert, each action, each rollback, recovery."""
+    marks = [{"at": origin, "label": "alert", "kind": "alert"}]
+    for e in events:
+        if e.type == ev.ACTION_APPLIED:
+            marks.append({"at": e.at, "label": e.step or "action", "kind": "action"})
+        elif e.type == ev.ROLLBACK_APPLIED:
+            marks.append({"at": e.at, "label": f"rollback {e.step}", "kind": "rollback"})
+        elif e.type == ev.VERIFY_PASSED:
+            marks.append({"at": e.at, "label": "recovered", "kind": "recovered"})
+    return marks
