@@ -10,10 +10,9 @@ import re
 
 import pydantic
 
-from runbook.actions import fields
 from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.actions.base import ActionResult, StepContext
-from runbook.errors import BackendError
+from runbook.actions.fanout import fan_out
 from runbook.registry import Kind, action
 
 _PATH = re.compile(r"^/[A-Za-z0-9._~/-]*$")
@@ -59,17 +58,21 @@ def probe(ctx: StepContext, p: ProbeParams) -> ActionResult:
             host = f"[{address}]" if address.version == 6 else str(address)
             targets.append((pod.name, f"http://{host}:{p.port}{p.path}"))
     answers: dict[str, dict] = {}
+    reachable = [(name, url) for name, url in targets if url]
     for name, url in targets:
         if not url:
             answers[name] = {"url": None, "ok": False, "error": "the pod has no IP address"}
+    results = fan_out(reachable, lambda target: ctx.http.get(target[1], timeout=p.timeout), pool_size=ctx.pool_size,
+                      deadline=max(ctx.timeout, p.timeout + 5), describe=lambda target: target[1])
+    for done in results:
+        name, url = done.target
+        if done.result is None:
+            answers[name] = {"url": url, "ok": False, "error": str(done.error)}
             continue
-        try:
-            response = ctx.http.get(url, timeout=p.timeout)
-        except BackendError as exc:
-            answers[name] = {"url": url, "ok": False, "error": str(exc)}
-            continue
+        response = done.result
         answers[name] = {"url": url, "ok": response.status == p.expect_status, "status": response.status,
                          "seconds": round(response.elapsed_seconds, 3)}
+    answers = {name: answers[name] for name, _ in targets}  # the targets' order, whatever finished first
     healthy = [n for n, a in answers.items() if a["ok"]]
     unhealthy = [n for n, a in answers.items() if not a["ok"]]
     ctx.evidence("probe", f"GET {p.path if p.url is None else p.url} (timeout {p.timeout:g}s)", answers=answers)

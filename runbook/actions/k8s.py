@@ -14,6 +14,7 @@ import pydantic
 
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
+from runbook.actions.fanout import fan_out
 from runbook.actions import base
 from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods, workload_selector
 from runbook.errors import BackendError
@@ -143,11 +144,16 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
     unhealthy: list[str] = []
     reasons: dict[str, str] = {}
     errors: dict[str, str] = {}
-    for pod in select_pods(ctx, p):
-        try:
-            out = ctx.cluster.exec(pod.namespace, pod.name, p.container, p.command, timeout=p.timeout)
-        except BackendError as exc:
-            errors[pod.name] = str(exc)
+    chosen = select_pods(ctx, p)
+
+    def run_in(pod):
+        return ctx.cluster.exec(pod.namespace, pod.name, p.container, p.command, timeout=p.timeout)
+
+    for done in fan_out(chosen, run_in, pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
+                        describe=lambda pod: f"pod {pod.name}"):
+        pod, out = done.target, done.result
+        if out is None:
+            errors[pod.name] = str(done.error)
             continue
         answer: dict = {"exit_code": out.exit_code, "stdout": out.stdout[:MAX_OUTPUT_CHARS],
                         "stderr": out.stderr[:2000], "truncated": out.truncated or len(out.stdout) > MAX_OUTPUT_CHARS}

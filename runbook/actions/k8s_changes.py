@@ -12,6 +12,7 @@ import pydantic
 from runbook import flags
 from runbook.actions import base, fields
 from runbook.actions.base import Plan, StepContext
+from runbook.actions.fanout import fan_out
 from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.errors import CommandFailed, InvalidInput
 from runbook.registry import ActionParams, Kind, action
@@ -189,8 +190,15 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
     """
     chosen = select_pods(ctx, p)
     found: dict[str, list[int]] = {}
-    for pod in chosen:
-        out = ctx.cluster.exec(pod.namespace, pod.name, p.container, ["pgrep", "-f", p.pattern], timeout=p.timeout)
+    looked = fan_out(chosen, lambda pod: ctx.cluster.exec(pod.namespace, pod.name, p.container,
+                                                          ["pgrep", "-f", p.pattern], timeout=p.timeout),
+                     pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
+                     describe=lambda pod: f"pod {pod.name}")
+    for done in looked:
+        pod, out = done.target, done.result
+        if out is None:
+            # A pod we cannot see into is not a pod we may act on blind.
+            raise CommandFailed(f"cannot list the processes of {pod.name}: {done.error}")
         if out.exit_code not in (0, 1):
             raise CommandFailed(f"pgrep in {pod.name}/{p.container} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
         pids = [int(x) for x in out.stdout.split() if x.isdigit()]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import threading
 import urllib.parse
 from collections.abc import Mapping, Sequence
 
@@ -346,4 +347,25 @@ class SimulatedWorld:
         return self.state.mutations
 
     def world_backends(self) -> World:
-        return World(metrics=self.metrics, cluster=self.cluster, nodes=self.nodes, http=self.http)
+        # Steps fan out over pods from threads; the world's state is one object, so calls take turns.
+        lock = threading.RLock()
+        return World(metrics=_Serialized(self.metrics, lock), cluster=_Serialized(self.cluster, lock),
+                     nodes=_Serialized(self.nodes, lock), http=_Serialized(self.http, lock))
+
+
+class _Serialized:
+    """Every method call on the wrapped backend holds the world's lock."""
+
+    def __init__(self, backend: object, lock: threading.RLock):
+        self._backend, self._lock = backend, lock
+
+    def __getattr__(self, name: str):
+        value = getattr(self._backend, name)
+        if not callable(value):
+            return value
+
+        def locked(*args, **kwargs):
+            with self._lock:
+                return value(*args, **kwargs)
+
+        return locked

@@ -253,8 +253,10 @@ def test_world_backends():
     world, _ = world_of("oom-surge")
     backends = world.world_backends()
     assert isinstance(backends, World)
-    assert backends.metrics is world.metrics and backends.cluster is world.cluster
-    assert backends.nodes is world.nodes and backends.http is world.http
+    # Each backend is the world's own, behind one lock so that fanned-out steps take turns.
+    assert backends.metrics._backend is world.metrics and backends.cluster._backend is world.cluster
+    assert backends.nodes._backend is world.nodes and backends.http._backend is world.http
+    assert backends.cluster.list_pods("llm", {"app": "vllm-server"}) == world.cluster.list_pods("llm", {"app": "vllm-server"})
 
 
 # ---------------------------------------------------------------------------- cluster mutations
