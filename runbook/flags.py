@@ -374,9 +374,10 @@ def plan_flag_change(
             f"and {after!r} would be read as an option"
         )
     argv = list(scan.argv)
-    if occurrence.word < 0:
+    # An unchanged value writes nothing, so a shell value keeps however it was quoted.
+    if after != before and occurrence.word < 0:
         argv[occurrence.index] = occurrence.prefix + after
-    else:
+    elif after != before:
         argv[occurrence.index] = _rewrite_script(argv[occurrence.index], occurrence, after, flag, scan)
     n = len(scan.command)
     return FlagChange(

@@ -60,7 +60,7 @@ _AUTH_HEADER = re.compile(
     r"""(?ix)
     \b((?:proxy-)?authorization["']?[ \t]*[:=][ \t]*["']?)
     ((?:bearer|basic|digest|token|negotiate|ntlm|apikey|aws4-hmac-sha256)[ \t]+)?
-    (\[REDACTED\]|[^\s"',;]+)
+    ([^\s"',;]+)
     """
 )
 # "Bearer <token>" anywhere; a few short words that follow it in prose stay (all under 8 letters).
@@ -92,6 +92,7 @@ _VALUE = re.compile(
       | '[^'\n]*'
       | \$\([A-Za-z_]\w*\) | \$\{[A-Za-z_]\w*\}
       | \$\([^)\n]*\)? | \$\{[^}\n]*\}?
+      | ["'][^"'\n]*
       | \[REDACTED\]
       | [^\s"',;&)}]+
     """
@@ -105,7 +106,7 @@ _TOKEN_SHAPES = re.compile(
       | github_pat_[A-Za-z0-9_]{20,}
       | xox[bpoasr]-[A-Za-z0-9\-]{10,}
       | (?:AKIA|ASIA)[0-9A-Z]{16}
-      | sk-(?=[A-Za-z0-9_\-]*[0-9])[A-Za-z0-9_\-]{17,}
+      | sk-[A-Za-z0-9_\-]{17,}
       | hf_[A-Za-z0-9]{16,}
       | AIza[0-9A-Za-z_\-]{35}
       | eyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]*
@@ -144,8 +145,10 @@ def _key_value_spans(text: str) -> list[Span]:
         # References like $(HF_TOKEN) name a secret without holding one.
         if _REFERENCE.fullmatch(value) or value in ('""', "''"):
             continue
-        quoted = value[0] in "\"'"
-        spans.append((v.start() + quoted, v.end() - quoted))
+        # Quotes stay (the text still parses); an unterminated one (a cut log line) keeps its opening.
+        opening = value[0] in "\"'"
+        closing = opening and len(value) > 1 and value[-1] == value[0]
+        spans.append((v.start() + opening, v.end() - closing))
         # The value may end in a key of its own (`token = HF_TOKEN: x`), whose value lies beyond
         # this one: look again at the end of the value, not only after it.
         pos = max(pos, v.end() - _KEY_REACH)

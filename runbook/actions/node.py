@@ -101,8 +101,10 @@ def gpu_holders(ctx: StepContext, p: HoldersParams) -> ActionResult:
     """GPU memory used vs accounted to live processes, and who holds the GPU device files.
 
     Each holder is mapped through `/proc/<pid>/cgroup` to a container: `serving` (a ready pod of
-    `serving_selector`), `orphan` (no running container), or `other`. Result: `suspect_gpus`,
-    `holders`, and `orphan_pids` — the candidates for node.kill_pids.
+    `serving_selector`), `orphan` (a container that is no ready serving pod's), `host` (no container:
+    nvidia-persistenced, Xorg, a host monitor), `unknown` (unreadable cgroup) or `gone`. Result:
+    `suspect_gpus`, `holders`, and `orphan_pids` — the candidates for node.kill_pids: orphans that
+    hold a suspect GPU and whose memory nvidia-smi does not already account for.
     """
     gpus = nvidia_smi.parse_query_gpu(_run(ctx, p.node, QUERY_GPU, p.timeout))
     apps = nvidia_smi.parse_compute_apps(_run(ctx, p.node, QUERY_APPS, p.timeout))
@@ -120,6 +122,7 @@ def gpu_holders(ctx: StepContext, p: HoldersParams) -> ActionResult:
         gpu_rows.append(row)
         if gap > p.unaccounted_mib:
             suspect.append(gpu.index)
+    accounted_pids = {a.pid for a in apps}
     holders: dict[int, dict] = {}
     for entry in entries:
         holder = holders.setdefault(entry.pid, {"pid": entry.pid, "command": entry.command, "user": entry.user,
@@ -132,15 +135,19 @@ def gpu_holders(ctx: StepContext, p: HoldersParams) -> ActionResult:
             continue
         try:
             container = procs.parse_cgroup(cgroup.stdout)
+            readable = True
         except ParseError:
-            container = None
+            container, readable = None, False
         pod = serving.get(container) if container else None
-        role = "serving" if pod else ("other" if container and container in serving else "orphan")
-        holder.update(container_id=container, pod=pod, role=role)
+        # A process in no container is a host daemon (nvidia-persistenced, Xorg, DCGM on real nodes),
+        # never a dead container's leftover: it is reported, not offered for killing.
+        role = "serving" if pod else "orphan" if container else "host" if readable else "unknown"
+        holder.update(container_id=container, pod=pod, role=role, accounted=pid in accounted_pids)
         holder["gpus"] = sorted({int(d.removeprefix("/dev/nvidia")) for d in holder["devices"]
                                  if re.fullmatch(r"/dev/nvidia\d+", d)})
-    # An orphan matters only when it holds a suspect GPU (or a device with no index, like nvidia-uvm, alone).
-    orphans = sorted(pid for pid, h in holders.items() if h.get("role") == "orphan"
+    # An orphan matters only when it holds a suspect GPU (or a device with no index, like nvidia-uvm, alone)
+    # and nvidia-smi does not list it: a listed process's memory is accounted, not the unexplained gap.
+    orphans = sorted(pid for pid, h in holders.items() if h.get("role") == "orphan" and not h.get("accounted")
                      and (set(h.get("gpus", [])) & set(suspect) or (not h.get("gpus") and suspect)))
     ctx.evidence("gpu", f"GPU memory and device holders on {p.node}", node=p.node, gpus=gpu_rows,
                  holders=list(holders.values()), suspect_gpus=suspect)

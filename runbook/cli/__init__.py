@@ -26,6 +26,7 @@ COMMANDS = {
     "signals": ("runbook.cli.triage", "signals", "Show the signal catalog in effect (and check it)."),
     "rules": ("runbook.cli.triage", "rules", "Export the playbooks' detect conditions as alerting rules."),
     "serve": ("runbook.cli.serve", "serve", "Receive PagerDuty and Alertmanager webhooks and run playbooks."),
+    "approve": ("runbook.cli.serve", "approve", "Approve a proposed change of a webhook run; the server re-checks every guard."),
 }
 
 

@@ -1,0 +1,244 @@
+"""`Cluster` on the official Kubernetes client: pods, workloads, scale, args, deletes, exec, logs.
+
+Every change is conditional: scale and args patches carry the resourceVersion they were computed
+from (a 409 means re-read, check that what the plan was based on still holds, and only then try
+again), and pod deletes carry the inspected pod's uid. `dry_run` is the server-side `dryRun=All`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, PodLog, Workload
+from runbook.backends.kubernetes_api import ApiFailure, KubeApi, Settings
+from runbook.backends.kubernetes_exec import Executor
+from runbook.backends.kubernetes_objects import node_from, pod_from, selector_text, workload_from
+from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, Refused
+
+CONFLICT_ATTEMPTS = 4  # reads-and-retries after a 409 before giving up with Conflict
+PAGE = 500  # pods per list request
+MAX_LOG_BYTES = 64 * 1024 * 1024  # per pod, when the caller sets no limit
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+_METHODS = {"statefulset": "stateful_set", "deployment": "deployment", "daemonset": "daemon_set"}
+
+
+def _blocked_by_pdb(failure: ApiFailure) -> bool:
+    return failure.status == 429 and (any(c.get("reason") == "DisruptionBudget" for c in failure.causes)
+                                      or "disruption budget" in failure.message.lower())
+
+
+class KubernetesCluster:
+    def __init__(self, api: KubeApi, *, settings: Settings):
+        self.api = api
+        self.settings = settings
+        self.executor = Executor(api.configuration, host=api.host)
+
+    def describe(self) -> str:
+        """Which cluster this is, for the start-up log and the journal."""
+        return self.api.describe()
+
+    def _apps(self, verb: str, kind: str, suffix: str = "") -> Any:
+        if kind not in _METHODS:
+            raise InvalidInput(f"unknown workload kind {kind!r}; one of {', '.join(_METHODS)}")
+        return getattr(self.api.apps, f"{verb}_namespaced_{_METHODS[kind]}{suffix}")
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]:
+        text = selector_text(selector)
+        items: list[dict] = []
+        token = None
+        while True:
+            extra = {"_continue": token} if token else {}
+            page = self.api.call(f"list pods {text} in {namespace}", self.api.core.list_namespaced_pod, namespace,
+                                 label_selector=text, limit=PAGE, **extra)
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return [pod_from(item) for item in items]
+
+    def _read_workload(self, namespace: str, kind: str, name: str) -> dict:
+        return self.api.call(f"read {kind}/{name} in {namespace}", self._apps("read", kind), name, namespace)
+
+    def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
+        return workload_from(kind, self._read_workload(namespace, kind, name))
+
+    def get_node(self, name: str) -> NodeInfo:
+        return node_from(self.api.call(f"read node {name}", self.api.core.read_node, name))
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False,
+              expected_replicas: int | None = None) -> Workload:
+        """Set replicas through the scale subresource.
+
+        The patch carries the resourceVersion it was read at. After a 409 the scale is read again:
+        at the target already, an earlier attempt landed (its answer lost); still what they were
+        (or `expected_replicas`, what the plan saw), only something else changed and the patch is
+        sent again; moved elsewhere, someone else scaled the workload and the plan no longer
+        holds: Conflict.
+        """
+        if kind == "daemonset":
+            raise InvalidInput(f"daemonset/{name}: a DaemonSet has no replica count to scale")
+        if replicas < 0:
+            raise InvalidInput(f"cannot scale {kind}/{name} to {replicas} replicas")
+        what = f"scale {kind}/{name} in {namespace} to {replicas}"
+        read, patch = self._apps("read", kind, "_scale"), self._apps("patch", kind, "_scale")
+        baseline = expected_replicas
+        for _ in range(CONFLICT_ATTEMPTS):
+            current = self.api.call(f"read the scale of {kind}/{name} in {namespace}", read, name, namespace)
+            now = int((current.get("spec") or {}).get("replicas") or 0)
+            if baseline is None:
+                baseline = now
+            elif now == replicas and not dry_run:
+                return self.get_workload(namespace, kind, name)  # our earlier attempt landed, its answer lost
+            elif now != baseline:
+                raise Conflict(f"{what}: {kind}/{name} now has {now} replicas, not the {baseline} this change was "
+                               "planned from (someone else scaled it); re-run to plan again")
+            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "spec": {"replicas": replicas}}
+            try:
+                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                       _content_type=MERGE_PATCH)
+            except Conflict:
+                continue  # changed since read: read again and re-check before trying again
+            workload = self.get_workload(namespace, kind, name)
+            if dry_run:
+                return dataclasses.replace(workload, replicas=int((result.get("spec") or {}).get("replicas", replicas)))
+            return workload
+        raise Conflict(f"{what}: {kind}/{name} kept changing ({CONFLICT_ATTEMPTS} conflicts in a row); re-run to "
+                       "plan again")
+
+    def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
+                           command: Sequence[str] | None, args: Sequence[str] | None, dry_run: bool = False,
+                           expected: ContainerSpec | None = None) -> Workload:
+        """Replace exactly this container's command and/or args, and nothing else.
+
+        A strategic merge patch merges `containers` by name and replaces the `args` list whole, so
+        the other containers and fields stay as they are. Conflicts are handled as in `scale`,
+        the baseline being the container's command line as read (or `expected`).
+        """
+        if command is None and args is None:
+            return self.get_workload(namespace, kind, name)
+        what = f"set the command line of {kind}/{name}/{container} in {namespace}"
+        patch = self._apps("patch", kind)
+        baseline = expected
+        for _ in range(CONFLICT_ATTEMPTS):
+            current = self._read_workload(namespace, kind, name)
+            workload = workload_from(kind, current)
+            spec = workload.container(container)
+            landed = (command is None or spec.command == tuple(command)) and (args is None or spec.args == tuple(args))
+            if baseline is None:
+                baseline = spec
+            elif landed and not dry_run:
+                return workload  # our earlier attempt landed, its answer lost
+            elif (spec.command, spec.args) != (baseline.command, baseline.args):
+                raise Conflict(f"{what}: the container's command line changed since this change was planned "
+                               f"(now {list(spec.command) + list(spec.args)}); re-run to plan again")
+            entry: dict[str, Any] = {"name": container}
+            if command is not None:
+                entry["command"] = list(command)
+            if args is not None:
+                entry["args"] = list(args)
+            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                    "spec": {"template": {"spec": {"containers": [entry]}}}}
+            try:
+                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                       _content_type=STRATEGIC_PATCH)
+            except Conflict:
+                continue  # changed since read: read again and re-check before trying again
+            workload = workload_from(kind, result)
+            got = workload.container(container)
+            if (command is not None and got.command != tuple(command)) or (args is not None and got.args != tuple(args)):
+                verb = "would store" if dry_run else "stored"
+                raise InvalidInput(f"{what}: the API server {verb} {list(got.command) + list(got.args)} instead of "
+                                   f"the command line asked for (an admission webhook rewrote it?)")
+            return workload
+        raise Conflict(f"{what}: {kind}/{name} kept changing ({CONFLICT_ATTEMPTS} conflicts in a row); re-run to "
+                       "plan again")
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False,
+                   evict: bool | None = None) -> None:
+        """Delete the pod only while it is still the one inspected (uid precondition).
+
+        With `evict` (default: the `kubernetes.evict` setting) through the Eviction API instead,
+        which honours PodDisruptionBudgets. A retry after a lost response that meets the
+        replacement (409) or nothing (404) knows the first attempt did the deletion.
+        """
+        if not uid:
+            raise InvalidInput(f"deleting pod {namespace}/{name} needs the inspected pod's uid")
+        if self.settings.evict if evict is None else evict:
+            return self.evict_pod(namespace, name, uid=uid, dry_run=dry_run)
+        what = f"delete pod {namespace}/{name}"
+        body = {"preconditions": {"uid": uid}}
+        try:
+            self.api.call(what, self.api.core.delete_namespaced_pod, name, namespace, body=body,
+                          dry_run="All" if dry_run else None)
+        except (Conflict, NotFound) as exc:
+            self._settle(exc, namespace, name, uid)
+
+    def evict_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
+        what = f"evict pod {namespace}/{name}"
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        try:
+            self.api.call(what, self.api.core.create_namespaced_pod_eviction, name, namespace, body,
+                          dry_run="All" if dry_run else None, retry=lambda failure: not _blocked_by_pdb(failure))
+        except (Conflict, NotFound) as exc:
+            self._settle(exc, namespace, name, uid)
+        except BackendUnavailable as exc:
+            failure = getattr(exc, "failure", None)
+            if failure is not None and _blocked_by_pdb(failure):
+                why = "; ".join(c.get("message", "") for c in failure.causes if c.get("message")) or failure.message
+                raise Refused("pdb", f"evicting {namespace}/{name} would violate its PodDisruptionBudget ({why}); "
+                                     "wait until more pods are ready, or escalate") from None
+            raise
+
+    @staticmethod
+    def _settle(exc: Exception, namespace: str, name: str, uid: str) -> None:
+        """A delete answered 409 or 404: done by an earlier attempt of this call, or refused."""
+        retried = getattr(exc, "attempts", 1) > 1
+        if retried:
+            return  # the lost first attempt deleted it; a replacement with a new uid is spared
+        if isinstance(exc, NotFound):
+            raise NotFound(f"pod {namespace}/{name} no longer exists (already deleted?)") from None
+        raise Conflict(f"pod {namespace}/{name} is no longer the pod that was inspected (uid {uid}): it was "
+                       f"replaced, and the replacement is not deleted ({exc})") from None
+
+    # -- looking inside ---------------------------------------------------------------------
+
+    def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
+        if not argv:
+            raise InvalidInput("exec needs a command (an argv list)")
+        obj = self.api.call(f"read pod {namespace}/{pod}", self.api.core.read_namespaced_pod, pod, namespace)
+        names = [c.get("name") for c in (obj.get("spec") or {}).get("containers") or []]
+        if container not in names:
+            raise InvalidInput(f"pod {namespace}/{pod} has no container {container!r} (containers: {', '.join(names)})")
+        phase = (obj.get("status") or {}).get("phase") or "Unknown"
+        if phase != "Running":
+            raise CommandFailed(f"pod {namespace}/{pod} is {phase}: there is no running container to exec in")
+        return self.executor.run(namespace, pod, container, argv, timeout=timeout)
+
+    def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int, tail_lines: int | None = None,
+             limit_bytes: int | None = None, container: str | None = None) -> list[PodLog]:
+        if since_seconds <= 0:
+            raise InvalidInput(f"since_seconds must be positive, got {since_seconds}")
+        cap = limit_bytes if limit_bytes is not None else MAX_LOG_BYTES
+        found = []
+        for pod in self.list_pods(namespace, selector):
+            if pod.phase == "Pending":
+                found.append(PodLog(pod.name, ""))  # no container has started: nothing was logged yet
+                continue
+            data = self.api.call(f"read the log of {namespace}/{pod.name}", self.api.core.read_namespaced_pod_log,
+                                 pod.name, namespace, container=container, since_seconds=since_seconds,
+                                 tail_lines=tail_lines, limit_bytes=limit_bytes, max_bytes=cap + 1)
+            truncated = len(data) >= cap
+            found.append(PodLog(pod.name, data[:cap].decode("utf-8", errors="replace"), truncated))
+        return found
+
+    def close(self) -> None:
+        self.executor.close()
+        self.api.close()

@@ -1,0 +1,447 @@
+"""`runbook triage`, `runbook signals`, `runbook rules`: Prometheus → which SOP scenario, and back.
+
+Triage asks every playbook's `detect` of Prometheus, shows the SOP's step-1 views and offers
+the top match; `signals` shows (and checks) the signal catalog; `rules` exports the detect
+conditions as alerting rules. Heavy imports stay inside the commands.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runbook.cli.options import connection_options, safety_options
+from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
+from runbook.errors import ExitCode, InvalidInput
+
+_AGO = re.compile(r"^-?\s*(?P<d>[0-9][0-9a-z.]*)(\s+ago)?$")
+
+TRIAGE_HELP = """Ask Prometheus which playbook's condition holds, and show the SOP's step-1 views.
+
+Evaluates every playbook's `detect` (PATHS, default: the bundled ones and ./playbooks) at now,
+or at --at to replay a past moment; a condition fires once it has held for its `for:` window.
+Ranks the firing ones (severity, then what began first) and offers the top one; --run runs it
+(or --playbook NAME), guarded and journaled like `runbook run`.
+
+\b
+Exit codes without --run:
+   0  nothing fires
+  10  something fires
+  11  Prometheus could not be read (for some playbook, and nothing fires)
+With --run: the run's exit code (0 resolved, 1 failed, 4 refused, …).
+"""
+
+
+def parse_at(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
+    """ISO 8601 (naive means UTC), unix seconds, or a duration ago (`15m`, `-2h`, `1h ago`)."""
+    now = (now or dt.datetime.now(dt.timezone.utc)).replace(microsecond=0)
+    if not text:
+        return now
+    value = text.strip()
+    if re.fullmatch(r"\d{9,11}(\.\d+)?", value):
+        return dt.datetime.fromtimestamp(float(value), dt.timezone.utc).replace(microsecond=0)
+    ago = _AGO.match(value)
+    if ago and not re.fullmatch(r"\d{4}-.*", value):
+        from runbook.model.duration import parse_duration
+
+        try:
+            return now - dt.timedelta(seconds=parse_duration(ago.group("d")))
+        except ValueError:
+            pass
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a time: give ISO 8601 (2026-03-14T03:12:07Z), unix seconds, "
+                                 f"or how long ago (15m, 2h)", param_hint="--at") from None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed.astimezone(dt.timezone.utc).replace(microsecond=0)
+
+
+def _load_playbooks(paths: tuple[str, ...]) -> tuple[list, list[dict[str, str]]]:
+    from runbook.cli.catalog import load_all
+
+    results = load_all(paths)
+    valid = [r.playbook for r in results if r.playbook is not None]
+    invalid = [{"file": r.file, "reason": f"invalid playbook ({len(r.problems)} problem(s)); see `runbook validate`"}
+               for r in results if r.playbook is None]
+    return valid, invalid
+
+
+def _metrics(config, prometheus_url: str | None, profile: str | None):
+    from runbook.backends import prometheus
+    from runbook.signals.catalog import build_catalog
+
+    metrics = prometheus.connect(config, url=prometheus_url, env=os.environ)
+    if metrics is None:
+        raise click.UsageError("no Prometheus to ask: give --prometheus-url, set RUNBOOK_PROMETHEUS_URL, or put "
+                               "`prometheus: {url: …}` in the config file")
+    if profile:
+        metrics.catalog = build_catalog(config, profile=profile)
+    return metrics
+
+
+def _default_namespace(playbooks: list, namespace: str | None) -> str | None:
+    if namespace:
+        return namespace
+    found = [p.params.get("namespace") for p in playbooks if isinstance(p.params.get("namespace"), str)]
+    return found[0] if found else None
+
+
+@click.command(help=TRIAGE_HELP)
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--at", "at_text", default=None, metavar="TIME",
+              help="Evaluate at TIME: ISO 8601, unix seconds, or how long ago (15m). Default: now.")
+@click.option("--run", "run_it", is_flag=True, help="Run the top firing playbook (or --playbook) after triage.")
+@click.option("--playbook", "playbook_name", default=None, metavar="NAME",
+              help="With --run: run this playbook instead of the top match.")
+@click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
+@connection_options
+@safety_options
+@output_option
+def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_name: str | None,
+           profile: str | None, config_path: str | None, prometheus_url: str | None, kubeconfig: str | None,
+           kube_context: str | None, in_cluster: bool, namespace: str | None, yes: bool, dry_run: bool,
+           operator_name: str | None, output: str) -> None:
+    from runbook.config import load_config
+    from runbook.triage.evaluate import evaluate
+    from runbook.triage.views import step_one
+
+    if run_it and at_text:
+        raise click.UsageError("--run acts now; it cannot be combined with --at")
+    if playbook_name and not run_it:
+        raise click.UsageError("--playbook chooses what --run runs; add --run")
+    at = parse_at(at_text)
+    config = load_config(config_path)
+    playbooks, invalid = _load_playbooks(paths)
+    metrics = _metrics(config, prometheus_url, profile)
+    try:
+        params = {"namespace": namespace} if namespace else {}
+        report = evaluate(playbooks, metrics, at, params)
+        ns = _default_namespace(playbooks, namespace)
+        views = None if report.unavailable else step_one(metrics, report.at, {"namespace": ns} if ns else {},
+                                                         report.firing)
+    finally:
+        metrics.close()
+    document = _document(report, views, invalid, metrics)
+    if not run_it:
+        if output == "json":
+            print_json(document)
+        else:
+            _print_report(report, views, invalid, metrics)
+        raise SystemExit(report.exit_code)
+    chosen = _choose(report, playbooks, playbook_name)
+    if chosen is None:
+        if output == "json":
+            print_json({"triage": document, "run": None})
+        else:
+            _print_report(report, views, invalid, metrics)
+            if report.unavailable:
+                why = "not running anything: Prometheus could not be read, and runbook does not act blind"
+            else:
+                why = "nothing fires, so there is nothing to run (name one with --playbook)"
+            stderr_console().print(why, markup=False)
+        raise SystemExit(report.exit_code)
+    if output != "json":
+        _print_report(report, views, invalid, metrics)
+        why = "chosen with --playbook" if playbook_name else "the top match"
+        stderr_console().print(f"\nrunning {chosen.name} ({why})" + (", dry run" if dry_run else ""), markup=False)
+    _run(chosen, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes, dry_run,
+         operator_name, output)
+
+
+def _choose(report, playbooks: list, name: str | None):
+    if name is not None:
+        found = next((p for p in playbooks if p.name == name), None)
+        if found is None:
+            from runbook.loading.problems import did_you_mean
+
+            raise InvalidInput(f"no playbook {name!r}; {did_you_mean(name, [p.name for p in playbooks])}")
+        return found
+    if report.unavailable or report.top is None:
+        return None
+    return next(p for p in playbooks if p.name == report.top.playbook)
+
+
+def _run(playbook, document: dict[str, Any], config, params: dict[str, str], prometheus_url: str | None,
+         kubeconfig: str | None, kube_context: str | None, in_cluster: bool, yes: bool, dry_run: bool,
+         operator_name: str | None, output: str) -> None:
+    from runbook.cli import connect
+    from runbook.cli.running import result_document, run_playbook
+
+    world = connect.real_world(config, connect.Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
+    try:
+        result, journal = run_playbook(playbook, world, alert=None, params=params, yes=yes, dry_run=dry_run,
+                                       operator_name=operator_name, live=output == "text")
+    finally:
+        connect.close_world(world)
+    if output == "json":
+        print_json({"triage": document, "run": result_document(result, journal)})
+    else:
+        stderr_console().print(f"journal: {journal}", markup=False, highlight=False)
+    raise SystemExit(result.exit_code)
+
+
+def _document(report, views, invalid, metrics) -> dict[str, Any]:
+    top = report.top
+    return {
+        "at": report.at.isoformat(),
+        "prometheus": metrics.url,
+        "profile": metrics.catalog.profile,
+        "top": top.playbook if top else None,
+        "firing": [f.to_json() for f in report.firing],
+        "quiet": [f.to_json() for f in report.findings if f.state in ("quiet", "pending")],
+        "unknown": [f.to_json() for f in report.of("unknown")],
+        "skipped": [f.to_json() for f in report.of("skipped")] + [{"playbook": i["file"], **i} for i in invalid],
+        "views": views,
+        "exit_code": report.exit_code,
+    }
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "no data"
+    return f"{value:.3g}{unit}"
+
+
+def _ago(seconds: float | None) -> str:
+    from runbook.model.duration import format_duration
+
+    return "" if seconds is None else format_duration(seconds)
+
+
+def _console():
+    console = stdout_console()
+    console.soft_wrap = True  # a finding stays one line in logs and pipes, whatever the width
+    return console
+
+
+def _print_report(report, views, invalid, metrics) -> None:
+    out = _console()
+    out.print(f"[bold]Triage[/] at {report.at:%Y-%m-%d %H:%M:%S} UTC  [dim]{metrics.url}, profile "
+              f"{metrics.catalog.profile}[/]")
+    if report.firing:
+        out.print("\n[bold red]Firing[/] (most urgent first)")
+        for i, f in enumerate(report.firing, 1):
+            since = f"since {f.since:%H:%M:%S}" + (" or earlier" if f.since_is_lower_bound else "")
+            out.print(f" {i}. [bold]{f.playbook}[/] [red]{f.severity}[/]  {f.signal} = {_fmt(f.value)} "
+                      f"({f.condition})  {since}, {_ago(f.held_seconds)}  [dim]{f.title}[/]", highlight=False)
+    pending = report.of("pending")
+    for f in pending:
+        out.print(f"[yellow]pending[/] {f.playbook}: {f.signal} = {_fmt(f.value)} ({f.condition}) for "
+                  f"{_ago(f.held_seconds)} of {_ago(f.for_seconds)}", highlight=False)
+    quiet = report.of("quiet")
+    if quiet:
+        out.print("\n[green]Quiet[/]  " + ", ".join(f"{f.playbook} ({f.signal} = {_fmt(f.value)})" for f in quiet),
+                  highlight=False)
+    unknown = report.of("unknown")
+    if unknown:
+        out.print("\n[bold yellow]Could not see[/] (never read as quiet)")
+        for f in unknown:
+            out.print(f"  {f.playbook}: {f.reason}", markup=False, highlight=False)
+    for f in report.of("skipped"):
+        out.print(f"[dim]skipped {f.playbook}: {f.reason}[/]", highlight=False)
+    for item in invalid:
+        out.print(f"[dim]skipped {item['file']}: {item['reason']}[/]", highlight=False)
+    if views:
+        _print_views(out, views)
+    top = report.top
+    if top is not None:
+        out.print(f"\n[bold]Top match: {top.playbook}[/] — {top.title}. Run it: "
+                  f"[cyan]runbook triage --run[/] (add --dry-run to only diagnose), or "
+                  f"[cyan]runbook run {top.playbook}[/]")
+    elif not unknown:
+        out.print("\n[green]Nothing fires.[/]")
+
+
+def _print_views(out, views: dict[str, Any]) -> None:
+    scope = ", ".join(f"{k}={v}" for k, v in views["labels"].items())
+    out.print(f"\n[bold]SOP step 1[/] [dim]({scope or 'all series'})[/]")
+    for name, t in views["trends"].items():
+        out.print(f"  trend     {name}: now {_fmt(t['now'])}, an hour ago {_fmt(t['hour_ago'])}, yesterday "
+                  f"{_fmt(t['yesterday'])} → {t['shape']}", highlight=False)
+    lat = views["latency"]
+    parts = []
+    for name, row in lat["signals"].items():
+        label = "prefill" if name.startswith("prefill") else "decode"
+        parts.append(f"{label} p99 {_fmt(row['now'], 's')} (yesterday {_fmt(row['yesterday'], 's')})")
+    out.print(f"  latency   {'; '.join(parts)} → {lat['verdict']}", highlight=False)
+    kv = views["kv_cache"]
+    pods = ", ".join(f"{pod} {value:.2f}" for pod, value in sorted(kv["pods"].items()))
+    out.print(f"  kv cache  {pods or kv.get('error') or 'no data'} → {kv['verdict']}", highlight=False)
+    failures = views["failures"]
+    rows = ", ".join(f"{reason} {_fmt(v['now'], '/min')} (yesterday {_fmt(v['yesterday'], '/min')})"
+                     for reason, v in sorted(failures["by_reason"].items()))
+    out.print(f"  failures  {rows or failures.get('error') or 'none'}", highlight=False)
+    if views.get("unavailable"):
+        out.print(f"  [yellow]views incomplete:[/] {views['unavailable']}", highlight=False)
+
+
+# -- runbook signals --------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--check", is_flag=True, help="Ask Prometheus whether each signal returns data (at --at).")
+@click.option("--at", "at_text", default=None, metavar="TIME", help="With --check: when (default now).")
+@click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
+@connection_options
+@output_option
+def signals(check: bool, at_text: str | None, profile: str | None, config_path: str | None,
+            prometheus_url: str | None, kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
+            namespace: str | None, output: str) -> None:
+    """Show the signal catalog in effect: each signal's PromQL, unit and origin.
+
+    With --check, query each one and say whether it returns data: a signal a playbook detects
+    with that playbook's labels (as triage asks it), the others scoped by --namespace. Exit
+    codes with --check: 0 every detected signal returns data, 1 one does not, 11 Prometheus
+    could not be read.
+    """
+    from runbook.config import load_config
+    from runbook.errors import BackendUnavailable, RunbookError
+    from runbook.signals.catalog import build_catalog
+
+    from runbook.triage.evaluate import detect_labels
+
+    config = load_config(config_path)
+    catalog = build_catalog(config, profile=profile)
+    scope = {"namespace": namespace} if namespace else {}
+    used: dict[str, list[str]] = {}
+    asked: dict[str, dict[str, str]] = {}  # a detected signal is checked as triage asks it
+    try:
+        playbooks, _ = _load_playbooks(())
+    except InvalidInput:
+        playbooks = []
+    for p in playbooks:
+        if p.detect is not None:
+            used.setdefault(p.detect.signal, []).append(p.name)
+            try:
+                asked.setdefault(p.detect.signal, detect_labels(p, scope))
+            except RunbookError:
+                pass
+    rows = []
+    for name in catalog.names():
+        s = catalog.get(name)
+        labels = asked.get(name, scope)
+        rows.append({**s.to_json(), "labels_asked": labels, "promql": catalog.render(name, labels),
+                     "detected_by": used.get(name, [])})
+    code = 0
+    if check:
+        metrics = _metrics(config, prometheus_url, profile)
+        at = parse_at(at_text)
+        unavailable = None
+        try:
+            for row in rows:
+                if unavailable:
+                    row["check"] = {"status": "unknown", "reason": unavailable}
+                    continue
+                try:
+                    samples = metrics.query(row["name"], at=at, labels=row["labels_asked"])
+                except BackendUnavailable as exc:
+                    unavailable = str(exc)
+                    row["check"] = {"status": "unknown", "reason": unavailable}
+                    continue
+                except RunbookError as exc:
+                    row["check"] = {"status": "error", "reason": str(exc)}
+                    continue
+                row["check"] = ({"status": "ok", "series": len(samples), "value": samples[0].value} if samples
+                                else {"status": "no data"})
+        finally:
+            metrics.close()
+        if unavailable:
+            code = 11
+        elif any(r["detected_by"] and r["check"]["status"] != "ok" for r in rows):
+            code = int(ExitCode.FAILED)
+    params = {k: {"kind": p.kind, "value": catalog.values.get(k), "help": p.help} for k, p in catalog.params.items()}
+    missing = [n for n in used if n not in catalog.signals]
+    if output == "json":
+        print_json({"profile": catalog.profile, "params": params, "signals": rows, "missing": missing})
+    else:
+        _print_signals(catalog, rows, params, missing, check)
+    raise SystemExit(code)
+
+
+def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], check: bool) -> None:
+    out = _console()
+    out.print(f"[bold]Signal profile {catalog.profile}[/]  [dim]params: "
+              + ", ".join(f"{k}={v['value']!r}" for k, v in params.items()) + "[/]", highlight=False)
+    for row in rows:
+        head = f"\n[bold]{row['name']}[/] [dim]{row['aggregate']}, {row['unit'] or 'no unit'}, {row['origin']}"
+        if row["detected_by"]:
+            head += f", detected by {', '.join(row['detected_by'])}"
+        out.print(head + "[/]", highlight=False)
+        if row["help"]:
+            out.print(f"  {row['help']}", markup=False, highlight=False)
+        out.print(f"  {row['promql']}", markup=False, highlight=False)
+        if check:
+            c = row["check"]
+            style = {"ok": "green", "no data": "yellow"}.get(c["status"], "red")
+            detail = (f"{c['series']} series, {c['value']:.4g}" if c["status"] == "ok" else c.get("reason", ""))
+            out.print(f"  [{style}]{c['status']}[/] {detail}", highlight=False)
+    for name in missing:
+        out.print(f"[bold red]missing[/] {name}: a playbook detects it but profile {catalog.profile} lacks it")
+
+
+# -- runbook rules ----------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path())
+@click.option("--output", "-o", "output_file", default=None, type=click.Path(dir_okay=False),
+              help="Write the rules to FILE instead of stdout.")
+@click.option("--format", "fmt", type=click.Choice(["rules", "prometheusrule"]), default="rules", show_default=True,
+              help="A Prometheus rule file, or a prometheus-operator PrometheusRule manifest.")
+@click.option("--namespace", "-n", default=None, help="Only this namespace (default: every namespace, one alert each).")
+@click.option("--param", "-p", "params", multiple=True, help="Fix a playbook param, key=value (repeatable).")
+@click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None, help="Config file.")
+@click.option("--name", default="runbook-playbooks", show_default=True, help="PrometheusRule metadata.name.")
+@click.option("--rule-namespace", default=None, help="PrometheusRule metadata.namespace.")
+@click.option("--label", "labels", multiple=True,
+              help="PrometheusRule metadata label key=value, e.g. release=kube-prometheus-stack (repeatable).")
+def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: str | None, params: tuple[str, ...],
+          profile: str | None, config_path: str | None, name: str, rule_namespace: str | None,
+          labels: tuple[str, ...]) -> None:
+    """Export the playbooks' detect conditions as Prometheus alerting rules.
+
+    Each rule's alertname is the first of the playbook's `match.alerts`, it carries the label
+    runbook_playbook=<name>, and it groups by the alert labels the playbook reads into params,
+    so the alert that fires starts the playbook that re-checks the same condition.
+    """
+    from runbook.cli.run import parse_params
+    from runbook.config import load_config
+    from runbook.signals.catalog import build_catalog
+    from runbook.triage.rules import alerting_rules, prometheus_rule, to_yaml
+
+    fixed: dict[str, Any] = parse_params(params)
+    if namespace:
+        fixed["namespace"] = namespace
+    catalog = build_catalog(load_config(config_path), profile=profile)
+    playbooks, invalid = _load_playbooks(paths)
+    document, notes = alerting_rules(playbooks, catalog, fixed)
+    if fmt == "prometheusrule":
+        meta = {}
+        for pair in labels:
+            key, sep, value = pair.partition("=")
+            if not sep or not key:
+                raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--label")
+            meta[key] = value
+        document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)
+    text = to_yaml(document)
+    for note in notes + [f"{i['file']}: {i['reason']}" for i in invalid]:
+        click.echo(f"note: {note}", err=True)
+    if output_file:
+        try:
+            Path(output_file).write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise InvalidInput(f"cannot write {output_file}: {exc.strerror or exc}") from None
+        count = sum(len(g["rules"]) for g in (document.get("spec", document))["groups"])
+        click.echo(f"wrote {count} rule(s) to {output_file}", err=True)
+    else:
+        click.echo(text, nl=False)
+    if invalid:
+        raise SystemExit(int(ExitCode.INVALID))

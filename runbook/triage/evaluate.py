@@ -1,0 +1,180 @@
+"""Triage: every playbook's `detect` against the metrics, at one instant, ranked.
+
+A condition fires when it holds now and has held, without a gap, for its `for:` window; it is
+pending when it holds for less. A signal that cannot be read is `unknown`, never quiet. Once
+the metrics backend is unreachable, the remaining playbooks are not asked again: each would
+only wait for the same timeout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runbook.backends.base import Metrics, Series
+from runbook.engine import templating
+from runbook.errors import BackendUnavailable, RunbookError
+from runbook.model.playbook import Detect, Playbook
+
+LOOKBACK = 3600.0  # how far back "since" is traced; also the "an hour ago" of the trend
+STEP = 15.0  # resolution of "since": a typical scrape interval
+SEVERITY_RANK = {"P1": 0, "P2": 1, "P3": 2, "P4": 3}
+EXIT_QUIET, EXIT_FIRING, EXIT_BLIND = 0, 10, 11
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    playbook: str
+    title: str
+    severity: str
+    state: str  # firing | pending | quiet | unknown | skipped
+    signal: str | None = None
+    condition: str = ""
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    value: float | None = None
+    since: dt.datetime | None = None
+    since_is_lower_bound: bool = False  # held for the whole look-back: it began earlier still
+    for_seconds: float = 0.0
+    strength: float = 0.0  # how far past the threshold, relative to it
+    held_seconds: float | None = None
+    reason: str = ""  # why unknown or skipped
+    hour_ago: float | None = None  # the value one look-back earlier, for "sudden or gradual"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"playbook": self.playbook, "title": self.title, "severity": self.severity,
+                               "state": self.state}
+        if self.signal is not None:
+            out.update(signal=self.signal, condition=self.condition, labels=dict(self.labels))
+        if self.state in ("firing", "pending", "quiet"):
+            out["value"] = self.value
+        if self.state in ("firing", "pending"):
+            out.update(since=self.since.isoformat() if self.since else None,
+                       since_is_lower_bound=self.since_is_lower_bound, held_seconds=self.held_seconds,
+                       for_seconds=self.for_seconds, strength=round(self.strength, 4))
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Report:
+    at: dt.datetime
+    findings: tuple[Finding, ...]
+    unavailable: str | None = None  # why the backend could not be reached, if it could not
+
+    def of(self, state: str) -> list[Finding]:
+        return [f for f in self.findings if f.state == state]
+
+    @property
+    def firing(self) -> list[Finding]:
+        """Most urgent first: severity, then what began first (a cause precedes its effects), then strength."""
+        far = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+        return sorted(self.of("firing"), key=lambda f: (SEVERITY_RANK.get(f.severity, 9), f.since or far,
+                                                        -f.strength, f.playbook))
+
+    @property
+    def top(self) -> Finding | None:
+        firing = self.firing
+        return firing[0] if firing else None
+
+    @property
+    def exit_code(self) -> int:
+        if self.firing:
+            return EXIT_FIRING
+        if self.of("unknown"):
+            return EXIT_BLIND
+        return EXIT_QUIET
+
+
+def detect_labels(playbook: Playbook, params: Mapping[str, Any]) -> dict[str, str]:
+    """The detect's labels rendered as the engine renders them, with these params."""
+    assert playbook.detect is not None
+    context = {"params": {**playbook.params, **params},
+               "alert": {"labels": {}, "annotations": {}, "name": "", "source": "triage"},
+               "incident": {"id": ""}}
+    rendered = templating.render_value(dict(playbook.detect.labels), context)
+    return {str(k): str(v) for k, v in rendered.items()}
+
+
+def _combine(series: Sequence[Series], detect: Detect) -> dict[dt.datetime, float]:
+    """One value per instant, as the engine reads it: the worst series for the condition."""
+    pick = max if detect.above is not None else min
+    out: dict[dt.datetime, float] = {}
+    for s in series:
+        for t, v in s.points:
+            out[t] = v if t not in out else pick(out[t], v)
+    return out
+
+
+def _strength(detect: Detect, value: float) -> float:
+    bound = detect.above if detect.above is not None else detect.below
+    assert bound is not None
+    excess = value - bound if detect.above is not None else bound - value
+    return excess / max(abs(bound), 1e-9) if bound else excess
+
+
+def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: Mapping[str, Any], *,
+                 lookback: float = LOOKBACK, step: float = STEP) -> Finding:
+    base = dict(playbook=playbook.name, title=playbook.title, severity=playbook.severity)
+    detect = playbook.detect
+    if detect is None:
+        return Finding(**base, state="skipped", reason="no `detect:` condition")
+    try:
+        labels = detect_labels(playbook, params)
+    except RunbookError as exc:
+        return Finding(**base, state="unknown", signal=detect.signal, condition=detect.describe(), reason=str(exc))
+    points = math.ceil(max(lookback, detect.for_ + 4 * step) / step)
+    start = at - dt.timedelta(seconds=points * step)
+    common = dict(base, signal=detect.signal, condition=detect.describe(), labels=labels, for_seconds=detect.for_)
+    series = metrics.query_range(detect.signal, start=start, end=at, step_seconds=step, labels=labels)
+    values = _combine(series, detect)
+    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
+    now = values.get(grid[0])
+    hour_ago = values.get(at - dt.timedelta(seconds=lookback))
+    if now is None:
+        where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"
+        return Finding(**common, state="unknown",
+                       reason=f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned "
+                              f"nothing; see `runbook signals --check`")
+    if not detect.holds(now):
+        return Finding(**common, state="quiet", value=now, hour_ago=hour_ago)
+    since, held_all = grid[0], True
+    for t in grid[1:]:
+        value = values.get(t)
+        if value is None or not detect.holds(value):
+            held_all = False
+            break
+        since = t
+    held = (at - since).total_seconds()
+    state = "firing" if held >= detect.for_ else "pending"
+    return Finding(**common, state=state, value=now, since=since, since_is_lower_bound=held_all,
+                   held_seconds=held, strength=_strength(detect, now), hour_ago=hour_ago)
+
+
+def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,
+             params: Mapping[str, Any] | None = None, *, lookback: float = LOOKBACK, step: float = STEP) -> Report:
+    """Every playbook's detect at `at`; `params` override each playbook's defaults (e.g. namespace)."""
+    at = at.replace(microsecond=0)
+    findings: list[Finding] = []
+    unavailable: str | None = None
+    for playbook in sorted(playbooks, key=lambda p: p.name):
+        detect = playbook.detect
+        if unavailable is not None and detect is not None:
+            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown", signal=detect.signal,
+                                    condition=detect.describe(), reason=unavailable))
+            continue
+        try:
+            findings.append(evaluate_one(playbook, metrics, at, params or {}, lookback=lookback, step=step))
+        except BackendUnavailable as exc:
+            unavailable = str(exc)
+            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown",
+                                    signal=detect.signal if detect else None,
+                                    condition=detect.describe() if detect else "", reason=unavailable))
+        except RunbookError as exc:
+            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown",
+                                    signal=detect.signal if detect else None,
+                                    condition=detect.describe() if detect else "", reason=str(exc)))
+    return Report(at, tuple(findings), unavailable)

@@ -1,0 +1,207 @@
+"""The HTTP surface, routes only: webhooks in, health, metrics, proposals and approvals.
+
+Every rejection is a JSON body saying why. A PagerDuty signature is checked on the raw bytes
+before any parsing; an Alertmanager credential before the body is even read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runbook.errors import JournalError
+from runbook.webhook import alertmanager, pagerduty
+from runbook.webhook.inbound import Delivery, Malformed
+from runbook.webhook.intake import Busy
+from runbook.webhook.service import Service
+
+log = logging.getLogger("runbook.webhook")
+ENABLE = {"pagerduty": "set RUNBOOK_PAGERDUTY_SECRET or pass --pagerduty-secret-file",
+          "alertmanager": "set RUNBOOK_ALERTMANAGER_TOKEN or pass --alertmanager-token-file"}
+RETRY_AFTER = "30"
+
+
+class Rejected(Exception):
+    def __init__(self, status: int, verdict: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.verdict, self.message, self.headers = status, verdict, message, headers or {}
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
+
+
+async def _read_body(request: Request, cap: int) -> bytes:
+    """The body, refusing more than `cap` bytes whether or not Content-Length says so."""
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media != "application/json":
+        raise Rejected(415, "unsupported_media", f"Content-Type must be application/json, not {media[:60]!r}")
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise Rejected(400, "malformed", "Content-Length is not a number")
+        if int(length) > cap:
+            raise Rejected(413, "too_large", f"the body is {int(length)} bytes; the limit is {cap}")
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > cap:
+                raise Rejected(413, "too_large", f"the body is over the limit of {cap} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise Rejected(400, "malformed", "the client went away before the body was complete") from None
+    if not size:
+        raise Rejected(400, "malformed", "the body is empty")
+    return b"".join(chunks)
+
+
+def create_app(service: Service) -> Starlette:
+    metrics = service.metrics
+    cap = service.config.max_body_bytes
+
+    async def receive(request: Request, source: str, decode: Callable[[Request], Awaitable[Delivery]]) -> Response:
+        started = time.perf_counter()
+        try:
+            delivery = await decode(request)
+            ack = await run_in_threadpool(service.accept, delivery)
+        except Rejected as exc:
+            metrics.deliveries.labels(source, exc.verdict).inc()
+            return _error(exc.status, exc.message, exc.headers)
+        except Malformed as exc:
+            metrics.deliveries.labels(source, "malformed").inc()
+            return _error(400, str(exc)[:500])
+        except Busy:
+            metrics.deliveries.labels(source, "busy").inc()
+            return _error(503, "the run queue is full; retry later", {"Retry-After": RETRY_AFTER})
+        except JournalError as exc:
+            log.error("cannot record a %s delivery: %s", source, exc)
+            metrics.deliveries.labels(source, "unavailable").inc()
+            return _error(503, "the journal cannot be written right now; retry later", {"Retry-After": RETRY_AFTER})
+        finally:
+            metrics.ack_seconds.labels(source).observe(time.perf_counter() - started)
+        duplicates = sum(1 for a in ack.body.get("alerts", []) if a["verdict"] == "duplicate")
+        if ack.body.get("duplicate") and not ack.body.get("alerts"):
+            duplicates = 1
+        if duplicates:
+            metrics.duplicates.labels(source).inc(duplicates)
+        verdict = "duplicate" if ack.body.get("duplicate") else ("ignored" if "ignored" in ack.body else "accepted")
+        metrics.deliveries.labels(source, verdict).inc()
+        return JSONResponse(ack.body, status_code=ack.status)
+
+    async def decode_pagerduty(request: Request) -> Delivery:
+        if not service.secrets.pagerduty:
+            raise Rejected(404, "disabled", f"PagerDuty webhooks are not enabled: {ENABLE['pagerduty']}")
+        body = await _read_body(request, cap)
+        problem = pagerduty.verify(body, request.headers.get(pagerduty.SIGNATURE_HEADER), service.secrets.pagerduty)
+        if problem is not None:
+            raise Rejected(401, "unauthorized", f"signature check failed: {problem}")
+        return pagerduty.parse(body, webhook_id=request.headers.get(pagerduty.WEBHOOK_ID_HEADER))
+
+    async def decode_alertmanager(request: Request) -> Delivery:
+        if not service.secrets.alertmanager:
+            raise Rejected(404, "disabled", f"Alertmanager webhooks are not enabled: {ENABLE['alertmanager']}")
+        problem = alertmanager.authenticate(request.headers.get("authorization"), service.secrets.alertmanager)
+        if problem is not None:
+            raise Rejected(401, "unauthorized", problem, {"WWW-Authenticate": 'Bearer realm="runbook"'})
+        return alertmanager.parse(await _read_body(request, cap))
+
+    async def pagerduty_route(request: Request) -> Response:
+        return await receive(request, "pagerduty", decode_pagerduty)
+
+    async def alertmanager_route(request: Request) -> Response:
+        return await receive(request, "alertmanager", decode_alertmanager)
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        problems = await run_in_threadpool(service.problems)
+        if problems:
+            return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    async def metrics_route(request: Request) -> Response:
+        return Response(metrics.render(), media_type=metrics.content_type)
+
+    def operator(request: Request) -> tuple[str | None, Response | None]:
+        """The operator a bearer token names (or None: the caller names one), or a 401."""
+        if not service.secrets.operators:
+            return None, _error(404, "approvals are not enabled: set RUNBOOK_OPERATOR_TOKEN or pass --operator-token-file")
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        found = None
+        for entry in service.secrets.operators:
+            if hmac.compare_digest(entry.token.encode(), token.strip().encode()) and scheme.lower() == "bearer":
+                found = entry
+        if found is None:
+            return None, _error(401, "a valid operator token is required (Authorization: Bearer ...)",
+                                {"WWW-Authenticate": 'Bearer realm="runbook"'})
+        return found.name, None
+
+    async def list_proposals(request: Request) -> Response:
+        _, denied = operator(request)
+        if denied:
+            return denied
+        states = tuple(s for s in request.query_params.getlist("state") if s)
+        return JSONResponse({"proposals": await run_in_threadpool(service.proposals, *states)})
+
+    async def show_proposal(request: Request) -> Response:
+        _, denied = operator(request)
+        if denied:
+            return denied
+        found = await run_in_threadpool(service.proposal, request.path_params["incident"], request.path_params["step"])
+        if found is None:
+            return _error(404, "no such proposal")
+        return JSONResponse(found)
+
+    async def approve(request: Request) -> Response:
+        name, denied = operator(request)
+        if denied:
+            return denied
+        if name is None:
+            try:
+                doc = json.loads(await _read_body(request, 4096))
+            except Rejected as exc:
+                return _error(exc.status, exc.message)
+            except ValueError:
+                return _error(400, "the body must be JSON: {\"operator\": NAME}")
+            name = doc.get("operator") if isinstance(doc, dict) else None
+            if not isinstance(name, str) or not name:
+                return _error(400, "name the approving operator: {\"operator\": NAME}")
+        try:
+            answer = await run_in_threadpool(service.approve, request.path_params["incident"],
+                                             request.path_params["step"], name)
+        except JournalError as exc:
+            log.error("cannot record an approval: %s", exc)
+            return _error(503, "the journal cannot be written right now; retry later", {"Retry-After": RETRY_AFTER})
+        return JSONResponse(answer.body, status_code=answer.status)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await run_in_threadpool(service.start)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(service.stop)
+
+    routes = [
+        Route("/webhooks/pagerduty", pagerduty_route, methods=["POST"]),
+        Route("/webhooks/alertmanager", alertmanager_route, methods=["POST"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics_route, methods=["GET"]),
+        Route("/proposals", list_proposals, methods=["GET"]),
+        Route("/proposals/{incident}/{step}", show_proposal, methods=["GET"]),
+        Route("/proposals/{incident}/{step}/approve", approve, methods=["POST"]),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,36 @@
+"""The service's Prometheus metrics, in a registry of its own (several apps can live in one process).
+
+Deliveries by source and verdict, duplicates, runs by outcome, actions by result, queue depth
+and the ack latency the senders see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self, backlog: Callable[[], int]):
+        self.registry = CollectorRegistry()
+        self.deliveries = Counter("runbook_webhook_deliveries", "Deliveries answered, by source and verdict.",
+                                  ["source", "verdict"], registry=self.registry)
+        self.duplicates = Counter("runbook_webhook_duplicates", "Alerts or events already seen, by source.",
+                                  ["source"], registry=self.registry)
+        self.runs = Counter("runbook_webhook_runs", "Playbook runs finished, by outcome.", ["outcome"],
+                            registry=self.registry)
+        self.actions = Counter("runbook_webhook_actions", "Remediations by result: applied, proposed, refused.",
+                               ["result"], registry=self.registry)
+        self.queue_depth = Gauge("runbook_webhook_queue_depth", "Incidents waiting for a worker.",
+                                 registry=self.registry)
+        self.queue_depth.set_function(lambda: float(backlog()))
+        self.ack_seconds = Histogram("runbook_webhook_ack_seconds", "Time from request to answer, by source.",
+                                     ["source"], buckets=ACK_BUCKETS, registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

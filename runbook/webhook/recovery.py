@@ -1,0 +1,112 @@
+"""After a crash: close each interrupted run in its journal, and never apply one change twice.
+
+A change confirmed but not recorded as applied may or may not have happened. A reversible one is
+checked against the world with a dry run (is its `after` already there?); any other is not
+retried: the incident escalates to a human. The rest of the playbook then runs again, skipping
+every step already applied.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from runbook import journal as journals
+from runbook.model import events as ev
+from runbook.model.events import Event
+from runbook.model.playbook import Playbook
+from runbook.webhook import records
+from runbook.webhook.store import IncidentRow
+
+if TYPE_CHECKING:
+    from runbook.webhook.runs import Runs
+
+RECOVERED_BY = "found applied after a restart"
+
+
+def interrupted_runs(events: list[Event]) -> list[str]:
+    started = [e.run for e in events if e.type == ev.RUN_STARTED]
+    finished = {e.run for e in events if e.type == ev.RUN_FINISHED}
+    return [run for run in dict.fromkeys(started) if run not in finished]
+
+
+def in_flight(events: list[Event], run: str) -> Event | None:
+    """The `action.planned` of a change confirmed in this run with no recorded result, if any."""
+    mine = [e for e in events if e.run == run]
+    for index in range(len(mine) - 1, -1, -1):
+        event = mine[index]
+        if event.type != ev.ACTION_CONFIRMED:
+            continue
+        after = mine[index + 1:]
+        if any(e.step == event.step and e.type in (ev.ACTION_APPLIED, ev.ACTION_FAILED, ev.STEP_FINISHED)
+               for e in after):
+            return None
+        return next((e for e in reversed(mine[:index]) if e.type == ev.ACTION_PLANNED and e.step == event.step),
+                    None)
+    return None
+
+
+def applied_steps(events: list[Event]) -> dict[str, str]:
+    return {e.step: e.run for e in events if e.type == ev.ACTION_APPLIED and e.step}
+
+
+def check(runs: "Runs", row: IncidentRow, book: Playbook, planned: Event, skip: dict[str, str]) -> tuple[str, str]:
+    """applied | not_applied | not_needed | changed | unknown, and why."""
+    action, target = planned.data.get("action", "?"), planned.data.get("target", "?")
+    spec = runs.registry.get(str(action))
+    if spec is None or not spec.reversible:
+        return "unknown", (f"{action} on {target} was interrupted while being applied; whether it happened cannot "
+                           f"be told safely, so it is not retried: check {target} by hand")
+    result, journal = runs.execute(row, book, skip, dry_run=True)
+    events = [e for e in journal.events() if e.run == result.run]
+    now = next((e for e in reversed(events) if e.type == ev.ACTION_PLANNED and e.step == planned.step), None)
+    if now is None:
+        outcome = next((s for s in result.steps if s.id == planned.step), None)
+        if outcome is not None and outcome.status == "skipped":
+            return "not_needed", f"{planned.step} no longer applies: {outcome.summary}"
+        return "unknown", f"the re-check of {planned.step} could not plan it: {outcome.summary if outcome else result.reason}"
+    current = now.data.get("before")
+    if current == planned.data.get("after"):
+        return "applied", f"{target} already shows the change ({_show(current)})"
+    if current == planned.data.get("before"):
+        return "not_applied", f"{target} is unchanged ({_show(current)}); the step may run again under its guards"
+    return "changed", (f"{target} is now {_show(current)}, neither the state before ({_show(planned.data.get('before'))}) "
+                       f"nor after ({_show(planned.data.get('after'))}) the interrupted change")
+
+
+def _show(value: Any) -> str:
+    return ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
+
+
+def recover(runs: "Runs", row: IncidentRow, book: Playbook) -> dict[str, str] | None:
+    """Close the interrupted runs; the steps a re-run must skip, or None when a human must decide."""
+    path = journals.incident_dir(runs.state, row.id) / "journal.jsonl"
+    events = journals.read_journal(path).events
+    go_on = True
+    for run in interrupted_runs(events):
+        planned = in_flight(events, run)
+        verdict, why = "none", "no change was being applied"
+        if planned is not None:
+            verdict, why = check(runs, row, book, planned, _skips(applied_steps(events)))
+        journal = journals.JsonlJournal(path, incident=row.id, run=run)
+        try:
+            now = runs.clock.now()
+            journal.record(records.RUN_INTERRUPTED, at=now, step=planned.step if planned else None,
+                           data={"verdict": verdict, "reason": why, "by": runs.owner})
+            if verdict == "applied" and planned is not None:
+                # Recorded as applied so that cooldowns, budgets and this recovery count it once.
+                journal.record(ev.ACTION_APPLIED, at=now, step=planned.step, data={
+                    **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
+                    "by": RECOVERED_BY, "recovered": True})
+            if verdict in ("unknown", "changed"):
+                go_on = False
+                journal.record(ev.ESCALATED, at=now, step=planned.step if planned else None, data={"reason": why})
+            journal.record(ev.RUN_FINISHED, at=now, data={"outcome": "interrupted", "reason": why,
+                                                         "dry_run": False, "steps": {}, "applied": 0})
+        finally:
+            journal.close()
+        events = journals.read_journal(path).events
+    return _skips(applied_steps(events)) if go_on else None
+
+
+def _skips(applied: dict[str, str]) -> dict[str, str]:
+    return {step: f"applied by run {run} before the restart" for step, run in applied.items()}
