@@ -174,3 +174,13 @@ class _Renewer:
                 self.latest = current
             except BackendError as exc:
                 log.warning("could not renew the Lease %s/%s: %s", self.namespace, self.name, exc)
+
+
+def target_locks(world, state):
+    """A Lease per target when a Kubernetes cluster is configured (holds across machines), else a local flock."""
+    from runbook.backends.kubernetes_cluster import KubernetesCluster
+    from runbook.locks import LocalLocks
+
+    if isinstance(world.cluster, KubernetesCluster):
+        return LeaseLocks(world.cluster)
+    return LocalLocks(state)

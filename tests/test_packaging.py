@@ -52,3 +52,9 @@ def test_a_drill_runs_from_the_wheel(installed):
     document = json.loads(out.stdout)
     assert document["outcome"] == "resolved"
     assert Path(document["rca"]).is_file()
+
+
+def test_signal_profiles_ship_in_the_wheel(installed):
+    out = runbook(installed, "signals", "--output", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["profile"] == "vllm"

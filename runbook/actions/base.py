@@ -101,6 +101,7 @@ class Plan:
     total: int | None = None
     refusal: tuple[str, str] | None = None  # (guard, reason) found while planning
     noop: bool = False  # already in the desired state
+    server_dry_run: bool = True  # apply(True) validates against the target; False: nothing to validate there
 
     def diff(self) -> list[str]:
         keys = list(dict.fromkeys([*self.before, *self.after]))

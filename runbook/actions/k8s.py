@@ -17,7 +17,6 @@ from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.fanout import fan_out
 from runbook.actions import base
 from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods, workload_selector
-from runbook.errors import BackendError
 from runbook.model.duration import Duration, format_duration
 from runbook.parsers import nvidia_smi, procs, sockets
 from runbook.parsers.errors import ParseError

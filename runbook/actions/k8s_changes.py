@@ -134,7 +134,7 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     workload = ctx.cluster.get_workload(namespace, kind, name)
     container = workload.container(p.container)
     change = flags.plan_flag_change(container.command, container.args, p.flag, factor=p.factor, value=p.value,
-                                    floor=p.floor, ceiling=p.ceiling)
+                                    floor=p.floor, ceiling=p.ceiling, container=p.container)
     refusal = None
     if p.factor is not None:
         before_n, after_n = float(change.before), float(change.after)
@@ -226,4 +226,4 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
                         f"{p.pattern!r} in {', '.join(found) or 'no pod'}",
                 before={"processes": found}, after={"signal": p.signal, "pods": sorted(found)}, apply=apply,
                 ready_before=ready_now, ready_after=ready_now - sum(1 for n in found if by_name[n].ready),
-                touched=len(found), total=max(len(chosen), 1), noop=not found)
+                touched=len(found), total=max(len(chosen), 1), noop=not found, server_dry_run=False)

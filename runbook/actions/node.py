@@ -214,7 +214,7 @@ def kill_pids(ctx: StepContext, p: KillPidsParams) -> Plan:
 
     return Plan(target=f"node/{p.node}/pids", summary=f"send SIG{p.signal} to PID {', '.join(map(str, alive)) or 'none'} on {p.node}",
                 before={"processes": rows}, after={"signal": p.signal, "pids": alive}, apply=apply,
-                refusal=refusal, noop=not alive and refusal is None)
+                refusal=refusal, noop=not alive and refusal is None, server_dry_run=False)
 
 
 class GpuResetParams(ActionParams):
@@ -260,6 +260,6 @@ def gpu_reset(ctx: StepContext, p: GpuResetParams) -> Plan:
 
     return Plan(target=f"node/{p.node}/gpu/{p.gpu}", summary=f"reset GPU {p.gpu} on {p.node}",
                 before={"memory_used_mib": gpu.memory_used_mib}, after={"memory_used_mib": 0}, apply=apply,
-                refusal=refusal)
+                refusal=refusal, server_dry_run=False)
 
 

@@ -13,7 +13,7 @@ from runbook import settings
 from runbook.backends.base import World
 from runbook.clock import SystemClock
 from runbook.engine.runner import Engine, RunResult, default_operator_name
-from runbook.locks import LocalLocks
+from runbook import locks_kubernetes
 from runbook.model.alert import Alert
 from runbook.model.playbook import Playbook
 from runbook.registry import default_registry
@@ -32,11 +32,12 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     incident = journals.new_incident_id(clock.now(), playbook.name)
     journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
     if live:
-        console.print(f"[dim]incident {incident}[/]")
+        describe = getattr(world.cluster, "describe", None)
+        console.print(f"[dim]incident {incident}" + (f"; {describe()}" if callable(describe) else "") + "[/]")
         journal.subscribe(LiveView(console))
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
     engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
-                    locks=LocalLocks(state), history=journals.History(state), dry_run=dry_run,
+                    locks=locks_kubernetes.target_locks(world, state), history=journals.History(state), dry_run=dry_run,
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
     try:
         result = engine.run(playbook, alert=alert, params=params)

@@ -40,7 +40,7 @@ OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_
                 "proposed": 4}
 
 # Journaled when an operator leaves a planned change to a human instead of approving it.
-ACTION_PROPOSED = "action.proposed"
+ACTION_PROPOSED = ev.ACTION_PROPOSED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -340,11 +340,15 @@ class Engine:
                     passed.append({"guard": "recheck", "reason": recheck[2]})
                 try:
                     plan.apply(True)  # server-side dry run: the change is valid as planned
+                except Refused:
+                    raise  # e.g. a PodDisruptionBudget said no: a guard refusal, not a failure
                 except BackendUnavailable as exc:
                     return refuse("blind", f"the dry run of the change could not reach the target: {exc}", plan)
                 except RunbookError as exc:
                     return self._end(step, kind, "failed", f"the dry run of the change failed: {exc}",
                                      result_view, now)
+                if plan.server_dry_run:
+                    passed.append({"guard": "dry_run", "reason": "the change was accepted in a dry run against the target"})
                 self._record(ev.GUARD_PASSED, now, step=step.id, data={"guards": passed, "target": plan.target})
                 if self.dry_run:
                     actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, "", False))

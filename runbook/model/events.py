@@ -19,6 +19,7 @@ GUARD_PASSED = "guard.passed"
 GUARD_REFUSED = "guard.refused"
 ACTION_PLANNED = "action.planned"
 ACTION_CONFIRMED = "action.confirmed"
+ACTION_PROPOSED = "action.proposed"  # left to a human by an unattended policy
 ACTION_APPLIED = "action.applied"
 ACTION_SKIPPED = "action.skipped"
 ACTION_FAILED = "action.failed"
@@ -29,6 +30,11 @@ ROLLBACK_FAILED = "rollback.failed"
 NOTE = "note"
 ESCALATED = "escalated"
 RUN_FINISHED = "run.finished"
+RUN_INTERRUPTED = "run.interrupted"
+INCIDENT_CLOSED = "incident.closed"
+PROPOSAL_APPROVED = "proposal.approved"
+PROPOSAL_EXPIRED = "proposal.expired"
+PROPOSAL_CLOSED = "proposal.closed"
 
 TYPES = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isinstance(v, str))
 

@@ -14,11 +14,11 @@ from runbook.journal import JsonlJournal
 from runbook.model import events as ev
 
 WEBHOOK_RUN = "webhook"  # the run id of events that belong to no playbook run
-INCIDENT_CLOSED = "incident.closed"
-PROPOSAL_APPROVED = "proposal.approved"
-PROPOSAL_EXPIRED = "proposal.expired"
-PROPOSAL_CLOSED = "proposal.closed"
-RUN_INTERRUPTED = "run.interrupted"
+INCIDENT_CLOSED = ev.INCIDENT_CLOSED
+PROPOSAL_APPROVED = ev.PROPOSAL_APPROVED
+PROPOSAL_EXPIRED = ev.PROPOSAL_EXPIRED
+PROPOSAL_CLOSED = ev.PROPOSAL_CLOSED
+RUN_INTERRUPTED = ev.RUN_INTERRUPTED
 
 
 def write(state: Path, incident: str, type: str, *, at: dt.datetime, data: dict[str, Any],

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from runbook import journal as journals
+from runbook import locks_kubernetes
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine.runner import ACTION_PROPOSED, Engine, RunResult
 from runbook.errors import RunbookError
-from runbook.locks import LocalLocks
 from runbook.model.alert import Alert
 from runbook.model.events import parse_iso
 from runbook.model.playbook import Playbook
@@ -103,7 +103,8 @@ class Runs:
                     skip.setdefault(earlier, f"comes before the approved step {step}; decided in an earlier run")
         journal = journals.JsonlJournal.for_incident(self.state, row.id, journals.new_run_id())
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
-                        operator=operator, locks=LocalLocks(self.state), history=journals.History(self.state),
+                        operator=operator, locks=locks_kubernetes.target_locks(self.world, self.state),
+                        history=journals.History(self.state),
                         dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}")
         try:
             result = engine.run(always_ask(book, self.registry), alert=alert_from_json(row.alert),

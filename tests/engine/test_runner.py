@@ -44,6 +44,8 @@ def test_remediation_applied_after_confirmation(clock):
     assert applied.data["before"] == {"replicas": 3} and applied.data["after"] == {"replicas": 1}
     assert applied.data["by"] == "alice"
     assert operator.asked[0].diff == ("- replicas: 3", "+ replicas: 1")
+    passed = next(x for x in events if x.type == ev.GUARD_PASSED).data["guards"]
+    assert [g["guard"] for g in passed] == ["floor", "min_ready", "budget", "lock", "recheck", "dry_run"]
     assert [x.seq for x in events] == list(range(1, len(events) + 1))
 
 
