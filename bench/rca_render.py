@@ -13,6 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from runbook import redaction
 from runbook.clock import FakeClock, utc
 from runbook.journal import JsonlJournal, read_journal
 from runbook.model import events as ev
@@ -60,6 +61,9 @@ def main() -> int:
             for charts in (False, True):
                 times = []
                 for _ in range(3):
+                    # Each run starts cold: no redaction remembered from the previous one.
+                    redaction._redact_short.cache_clear()
+                    redaction.looks_secret.cache_clear()
                     started = time.perf_counter()
                     events = read_journal(path).events
                     render(events, fmt=fmt, with_charts=charts)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -39,6 +40,7 @@ def _segments(key: str) -> list[str]:
     return [s for s in re.split(r"[^a-z0-9]+", key.lower()) if s]
 
 
+@functools.lru_cache(maxsize=4096)  # pure; the same few keys recur in every event
 def looks_secret(key: str) -> bool:
     """Whether a key, variable or flag name (PAGERDUTY_API_TOKEN, x-api-key, --token) names a secret."""
     segments = _segments(key)
@@ -187,6 +189,17 @@ def _secret_spans(text: str) -> list[Span]:
 
 def redact_text(text: str) -> str:
     """`text` with every secret it shows replaced by REDACTED; idempotent."""
+    if len(text) <= 512:
+        return _redact_short(text)  # short texts (labels, names, summaries) repeat: remember them
+    return _redact_text(text)
+
+
+@functools.lru_cache(maxsize=16384)
+def _redact_short(text: str) -> str:
+    return _redact_text(text)
+
+
+def _redact_text(text: str) -> str:
     # A mask changes the character before what follows it ("x--token y" becomes
     # "[REDACTED]--token y", where --token now starts a key), so repeat until nothing changes:
     # that is what makes redact(redact(x)) == redact(x). Two passes are the usual case.
