@@ -28,6 +28,9 @@ __all__ = [
 PathTuple = tuple[str | int, ...]
 
 # A playbook has hundreds of values; far more means aliases multiplying (a "billion laughs").
+# libyaml composes the same node tree, with the same marks, several times faster when it is there.
+_COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 MAX_NODES = 100_000
 # Real playbooks nest a handful of levels; this stays well inside Python's recursion limit.
 MAX_DEPTH = 100
@@ -354,7 +357,13 @@ def load_yaml(text: str, *, file: str) -> LoadedDocument:
     """Parse one YAML document safely; every problem found comes back, nothing is raised."""
     try:
         # SafeLoader only: the document is data, never a request to build Python objects.
-        documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+        try:
+            documents = list(yaml.compose_all(text, Loader=_COMPOSER))
+        except yaml.YAMLError:
+            if _COMPOSER is yaml.SafeLoader:
+                raise
+            # The pure-Python composer words and places syntax errors best: ask it again.
+            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
     except yaml.YAMLError as exc:
         return LoadedDocument(None, Positions(), (_syntax_problem(exc, text, file),))
     except RecursionError:
