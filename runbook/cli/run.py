@@ -16,12 +16,12 @@ from runbook.cli.output import output_option, print_json, stderr_console
 from runbook.errors import InvalidInput
 
 
-def parse_params(pairs: tuple[str, ...]) -> dict[str, str]:
+def parse_params(pairs: tuple[str, ...], option: str = "--param") -> dict[str, str]:
     params = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--param")
+            raise click.BadParameter(f"{pair!r} is not key=value", param_hint=option)
         params[key] = value
     return params
 

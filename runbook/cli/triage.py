@@ -424,12 +424,7 @@ def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: 
     playbooks, invalid = _load_playbooks(paths)
     document, notes = alerting_rules(playbooks, catalog, fixed)
     if fmt == "prometheusrule":
-        meta = {}
-        for pair in labels:
-            key, sep, value = pair.partition("=")
-            if not sep or not key:
-                raise click.BadParameter(f"{pair!r} is not key=value", param_hint="--label")
-            meta[key] = value
+        meta = parse_params(labels, "--label")
         document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)
     text = to_yaml(document)
     for note in notes + [f"{i['file']}: {i['reason']}" for i in invalid]:
