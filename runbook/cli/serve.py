@@ -63,12 +63,23 @@ def load_playbooks(paths: tuple[str, ...]):
 @click.option("--context", "kube_context", envvar="RUNBOOK_KUBE_CONTEXT", default=None,
               help="kubeconfig context to use.")
 @click.option("--in-cluster", is_flag=True, default=False, help="Use the pod's service account.")
+@click.option("--coordination", type=click.Choice(["local", "kubernetes"]), envvar="RUNBOOK_COORDINATION",
+              default="local", show_default=True,
+              help="Where dedupe and the per-incident lock live: this server's state dir (one replica), or "
+                   "Leases in the Kubernetes API so several replicas behind one Service act once "
+                   "[env RUNBOOK_COORDINATION].")
+@click.option("--coordination-namespace", envvar="RUNBOOK_COORDINATION_NAMESPACE", default=None,
+              help="Namespace of the coordination Leases (default: kubernetes.lock_namespace, else the pod's "
+                   "namespace) [env RUNBOOK_COORDINATION_NAMESPACE].")
+@click.option("--replica-id", envvar="RUNBOOK_REPLICA_ID", default=None,
+              help="This replica's stable name in the shared claims (default: the host name, i.e. the pod name) "
+                   "[env RUNBOOK_REPLICA_ID].")
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info",
               show_default=True)
 def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secret_file: str | None,
           alertmanager_token_file: str | None, operator_token_file: str | None, config_path: str | None,
           prometheus_url: str | None, kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
-          log_level: str) -> None:
+          coordination: str, coordination_namespace: str | None, replica_id: str | None, log_level: str) -> None:
     """Receive PagerDuty (V3, signed) and Alertmanager (v4) webhooks and run the matching playbooks.
 
     Each delivery is verified, journaled and deduplicated before the 2xx; runs happen in the
@@ -96,12 +107,46 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
         click.echo(f"warning: listening on {host}; put a TLS-terminating proxy in front of it", err=True)
     world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster, server_mode=True))
     try:
-        service = Service(config=webhook, secrets=secrets, state=settings.state_dir(), world=world, playbooks=books)
+        shared = make_coordination(coordination, world.cluster, namespace=coordination_namespace, replica=replica_id)
+        service = Service(config=webhook, secrets=secrets, state=settings.state_dir(), world=world, playbooks=books,
+                          coordination=shared)
         click.echo(f"runbook serve: {len(books)} playbook(s), state {settings.state_dir()}, "
-                   f"http://{host}:{port} ({secrets!r})", err=True)
+                   f"coordination {describe_coordination(shared)}, http://{host}:{port} ({secrets!r})", err=True)
         uvicorn.run(create_app(service), host=host, port=port, log_level=log_level, lifespan="on")
     finally:
         close_world(world)
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def make_coordination(kind: str, cluster, *, namespace: str | None, replica: str | None):
+    """None (local: the state dir decides) or the Kubernetes coordination on the connected cluster."""
+    import socket
+
+    from runbook.backends.kubernetes_cluster import KubernetesCluster
+    from runbook.webhook.coordination import KubernetesCoordination
+
+    if kind == "local":
+        return None
+    if not isinstance(cluster, KubernetesCluster):
+        raise click.UsageError("--coordination kubernetes needs a cluster: pass --in-cluster, or --kubeconfig and "
+                               "--context (or the config file's kubernetes: section)")
+    if namespace is None:
+        namespace = cluster.settings.lock_namespace
+    if namespace is None and SERVICE_ACCOUNT_NAMESPACE.is_file():
+        namespace = SERVICE_ACCOUNT_NAMESPACE.read_text(encoding="utf-8").strip() or None
+    if namespace is None:
+        raise click.UsageError("--coordination kubernetes: say where its Leases live with --coordination-namespace "
+                               "(or RUNBOOK_COORDINATION_NAMESPACE, or kubernetes.lock_namespace)")
+    identity = replica or socket.gethostname()
+    return KubernetesCoordination(cluster, namespace=namespace, identity=identity)
+
+
+def describe_coordination(shared) -> str:
+    if shared is None:
+        return "local"
+    return f"kubernetes (Leases in {shared.namespace}, replica {shared.identity})"
 
 
 def _operator_token(token_file: str | None) -> str:

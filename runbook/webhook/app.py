@@ -21,6 +21,7 @@ from starlette.routing import Route
 
 from runbook.errors import JournalError
 from runbook.webhook import alertmanager, pagerduty
+from runbook.webhook.coordination import ClaimedElsewhere, CoordinationUnavailable
 from runbook.webhook.inbound import Delivery, Malformed
 from runbook.webhook.intake import Busy
 from runbook.webhook.service import Service
@@ -29,6 +30,7 @@ log = logging.getLogger("runbook.webhook")
 ENABLE = {"pagerduty": "set RUNBOOK_PAGERDUTY_SECRET or pass --pagerduty-secret-file",
           "alertmanager": "set RUNBOOK_ALERTMANAGER_TOKEN or pass --alertmanager-token-file"}
 RETRY_AFTER = "30"
+RETRY_SOON = "5"  # another replica holds the claim: it commits or gives it up within seconds
 
 
 class Rejected(Exception):
@@ -84,6 +86,15 @@ def create_app(service: Service) -> Starlette:
         except Busy:
             metrics.deliveries.labels(source, "busy").inc()
             return _error(503, "the run queue is full; retry later", {"Retry-After": RETRY_AFTER})
+        except ClaimedElsewhere as exc:
+            metrics.deliveries.labels(source, "in_flight").inc()
+            return _error(503, f"another replica is taking this delivery ({exc}); retry shortly",
+                          {"Retry-After": RETRY_SOON})
+        except CoordinationUnavailable as exc:
+            log.error("cannot claim a %s delivery in the shared state: %s", source, exc)
+            metrics.deliveries.labels(source, "unavailable").inc()
+            return _error(503, "the shared dedupe state cannot be reached right now; retry later",
+                          {"Retry-After": RETRY_AFTER})
         except JournalError as exc:
             log.error("cannot record a %s delivery: %s", source, exc)
             metrics.deliveries.labels(source, "unavailable").inc()

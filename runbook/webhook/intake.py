@@ -1,7 +1,9 @@
 """The ack path: a verified delivery is deduplicated, journaled (fsynced) and committed before the 2xx.
 
 Keys and the journal line are written under one store transaction; if the journal cannot be
-written, nothing is committed and the caller answers 503 so the sender retries.
+written, nothing is committed and the caller answers 503 so the sender retries. With several
+replicas (`--coordination kubernetes`) each new key is also claimed in the shared state first,
+and the claims are committed just before the local commit (see `coordination`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from runbook.clock import Clock
 from runbook.model import events as ev
 from runbook.webhook import records
+from runbook.webhook.coordination import Claim, ClaimedElsewhere, Coordination, LocalCoordination, claims_released
 from runbook.webhook.inbound import Delivery, Inbound, digest
 from runbook.webhook.routing import Router
 from runbook.webhook.store import Store
@@ -38,8 +41,10 @@ def incident_id(at: dt.datetime, playbook: str | None, incident_key: str) -> str
 
 
 class Intake:
-    def __init__(self, *, store: Store, state: Path, router: Router, clock: Clock, room: Callable[[], int]):
+    def __init__(self, *, store: Store, state: Path, router: Router, clock: Clock, room: Callable[[], int],
+                 coordination: Coordination | None = None):
         self.store, self.state, self.router, self.clock, self.room = store, state, router, clock, room
+        self.coordination = coordination or LocalCoordination()
 
     def accept(self, delivery: Delivery) -> Ack:
         now = self.clock.now()
@@ -47,7 +52,9 @@ class Intake:
         delivery_key = f"{delivery.source}-delivery|{delivery.delivery_key}" if delivery.delivery_key else None
         results: list[dict[str, Any]] = []
         queued: list[str] = []
-        with self.store.transaction() as db:
+        claims: list[Claim] = []  # shared claims made for this delivery: released if it fails
+        done: list[tuple[Claim, str | None]] = []
+        with claims_released(self.coordination, claims), self.store.transaction() as db:
             if delivery_key is not None and (prior := Store.seen(db, delivery_key)) is not None:
                 return Ack(200, {"duplicate": True, "incident": prior or None})
             for inbound in delivery.inbound:
@@ -55,13 +62,26 @@ class Intake:
                 if prior is not None:
                     results.append({"verdict": "duplicate", "incident": prior or None})
                     continue
-                verdict, incident = self._one(db, inbound, now, len(queued))
+                shared, claim, other = self.coordination.claim(inbound.event_key)
+                if shared == "busy":
+                    raise ClaimedElsewhere(f"{other} is taking this delivery right now")
+                if shared == "duplicate":  # another replica has it
+                    Store.remember(db, inbound.event_key, delivery.source, other, at)
+                    results.append({"verdict": "duplicate", "incident": other})
+                    continue
+                if claim is not None:
+                    claims.append(claim)
+                verdict, incident = self._one(db, inbound, now, len(queued), claims, done)
                 Store.remember(db, inbound.event_key, delivery.source, incident, at)
                 results.append({"verdict": verdict, "incident": incident})
                 if verdict == "queued":
                     queued.append(incident)
+                if claim is not None:
+                    done.append((claim, incident))
             if delivery_key is not None:
                 Store.remember(db, delivery_key, delivery.source, results[0]["incident"] if results else None, at)
+            for claim, incident in done:  # last thing before the local commit
+                self.coordination.commit(claim, incident)
         if delivery.ignored and not delivery.inbound:
             return Ack(200, {"ignored": delivery.ignored})
         duplicate = bool(results) and all(r["verdict"] == "duplicate" for r in results)
@@ -69,7 +89,8 @@ class Intake:
         body["alerts"] = results
         return Ack(200 if duplicate else 202, body, tuple(queued))
 
-    def _one(self, db: sqlite3.Connection, inbound: Inbound, now: dt.datetime, queued: int) -> tuple[str, str]:
+    def _one(self, db: sqlite3.Connection, inbound: Inbound, now: dt.datetime, queued: int,
+             claims: list[Claim], done: list[tuple[Claim, str | None]]) -> tuple[str, str]:
         existing = Store.incident_by_key(db, inbound.incident_key)
         if existing is not None:
             self._journal(existing.id, inbound, now, None)
@@ -90,8 +111,22 @@ class Intake:
             if self.room() - queued <= 0:
                 raise Busy("the run queue is full")
             state = "pending"
+            # Different events of one incident can reach different replicas: the run is claimed too.
+            shared, claim, other = self.coordination.claim(f"incident|{inbound.incident_key}")
+            if shared == "busy":
+                raise ClaimedElsewhere(f"{other} is opening this incident right now")
+            if shared == "duplicate":
+                state = "elsewhere"
+            if self.coordination.kind != "local":  # remembered so that the purge forgets its claim too
+                Store.remember(db, f"incident|{inbound.incident_key}", inbound.source, incident, now.timestamp())
+            if claim is not None:
+                claims.append(claim)
+                done.append((claim, incident))
         routing = {"playbook": name, "params": route.params, "refused": route.refused}
         self._journal(incident, inbound, now, routing)
+        if state == "elsewhere":
+            records.write(self.state, incident, ev.NOTE, at=now,
+                          data={"message": "not run here: another replica has opened this incident"})
         if state in ("unmatched", "refused"):
             why = route.refused or f"no playbook matches {inbound.alert.name or inbound.title!r}"
             records.write(self.state, incident, ev.NOTE, at=now, data={"message": f"not run: {why}"})

@@ -6,6 +6,7 @@ and afterwards records proposals, the incident's state and the metrics.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Mapping
@@ -17,7 +18,7 @@ from runbook import locks_kubernetes
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine.runner import ACTION_PROPOSED, Engine, RunResult
-from runbook.errors import RunbookError
+from runbook.errors import Refused, RunbookError
 from runbook.model.alert import Alert
 from runbook.model.events import parse_iso
 from runbook.model.playbook import Playbook
@@ -61,8 +62,18 @@ class Runs:
     metrics: Metrics
     owner: str
     kill_switch: Callable[[], str | None]
+    # The incident's lock across replicas (a Lease with --coordination kubernetes); a no-op alone.
+    incident_lock: Callable[[str, str], contextlib.AbstractContextManager[None]] = \
+        lambda incident, holder: contextlib.nullcontext()
 
     def handle(self, incident: str) -> None:
+        try:
+            with self.incident_lock(incident, f"runbook serve {self.owner} incident {incident}"):
+                self._handle(incident)
+        except Refused as exc:  # another replica is running it: it stays waiting; the sweeper offers it again
+            log.info("incident %s not run now: %s", incident, exc)
+
+    def _handle(self, incident: str) -> None:
         row = self.store.claim(incident, self.owner, self.clock.now().timestamp())
         if row is None:
             return  # closed, done, or taken meanwhile

@@ -23,6 +23,7 @@ from runbook.errors import JournalError
 from runbook.model.playbook import Playbook
 from runbook.registry import Registry, default_registry
 from runbook.webhook import records
+from runbook.webhook.coordination import Coordination, LocalCoordination
 from runbook.webhook.inbound import Delivery
 from runbook.webhook.intake import Ack, Intake
 from runbook.webhook.metrics import Metrics
@@ -54,11 +55,13 @@ def _alive(pid: int) -> bool:
 class Service:
     def __init__(self, *, config: WebhookConfig, secrets: Secrets, state: Path, world: World,
                  playbooks: Sequence[Playbook], clock: Clock | None = None, registry: Registry | None = None,
-                 env: Mapping[str, str] | None = None, sweeper: bool = True):
+                 env: Mapping[str, str] | None = None, sweeper: bool = True,
+                 coordination: Coordination | None = None):
         self.config, self.secrets, self.state, self.world = config, secrets, Path(state), world
         self.clock = clock or SystemClock()
         self.registry = registry or default_registry()
         self.env = env
+        self.coordination = coordination or LocalCoordination()
         self.store = Store(self.state / "webhook" / "state.sqlite3")
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.playbooks = {p.name: p for p in playbooks}
@@ -67,9 +70,9 @@ class Service:
         self.metrics = Metrics(self.worker.backlog)
         self.runs = Runs(store=self.store, state=self.state, world=world, clock=self.clock, registry=self.registry,
                          playbooks=self.playbooks, policy=config.policy, metrics=self.metrics, owner=self.owner,
-                         kill_switch=self.kill_switch)
+                         kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock)
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
-                             room=self.worker.room)
+                             room=self.worker.room, coordination=self.coordination)
         self._sweeper_enabled = sweeper
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -167,7 +170,8 @@ class Service:
             if not self.worker.offer(row.id):
                 break
         if now.timestamp() - self._last_purge > 3600 or self._last_purge > now.timestamp():
-            self.store.forget_before(now.timestamp() - self.config.dedupe_retention)
+            forgotten = self.store.forget_keys_before(now.timestamp() - self.config.dedupe_retention)
+            self.coordination.forget(forgotten)
             self._last_purge = now.timestamp()
 
     def _sweep_loop(self) -> None:
@@ -195,6 +199,7 @@ class Service:
             found.append("no metrics backend configured (prometheus)")
         if self.world.cluster is None:
             found.append("no cluster backend configured (kubernetes)")
+        found.extend(self.coordination.problems())
         if not self.worker.alive():
             found.append("the run workers are not running")
         return found

@@ -152,6 +152,13 @@ class Store:
         with self.transaction() as db:
             return db.execute("DELETE FROM seen WHERE at < ?", (cutoff,)).rowcount
 
+    def forget_keys_before(self, cutoff: float) -> list[str]:
+        """Forget the dedupe keys older than `cutoff`; the keys forgotten (their shared claims go too)."""
+        with self.transaction() as db:
+            keys = [r["key"] for r in db.execute("SELECT key FROM seen WHERE at < ?", (cutoff,)).fetchall()]
+            db.execute("DELETE FROM seen WHERE at < ?", (cutoff,))
+            return keys
+
     def seen_count(self) -> int:
         return int(self._query("SELECT count(*) AS n FROM seen")[0]["n"])
 

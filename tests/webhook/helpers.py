@@ -85,7 +85,7 @@ class Running:
 @contextlib.contextmanager
 def serve(state: Path, *, world: World | None = None, config: WebhookConfig | None = None,
           clock: FakeClock | None = None, playbooks: list | None = None, env: dict | None = None,
-          secrets_: Secrets | None = None) -> Iterator[Running]:
+          secrets_: Secrets | None = None, coordination: Any = None) -> Iterator[Running]:
     import uvicorn
 
     from runbook.webhook.app import create_app
@@ -93,7 +93,7 @@ def serve(state: Path, *, world: World | None = None, config: WebhookConfig | No
 
     service = Service(config=config or WebhookConfig(workers=2), secrets=secrets_ or secrets(), state=state,
                       world=world or oom_world(), playbooks=playbooks or [playbook()], clock=clock or FakeClock(),
-                      env=env if env is not None else {}, sweeper=False)
+                      env=env if env is not None else {}, sweeper=False, coordination=coordination)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
