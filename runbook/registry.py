@@ -24,7 +24,7 @@ class Kind(str, enum.Enum):
 class ActionParams(pydantic.BaseModel):
     """Base of every action's params: unknown keys are errors, values are immutable."""
 
-    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 @dataclasses.dataclass(frozen=True)

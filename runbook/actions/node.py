@@ -14,6 +14,7 @@ import pydantic
 
 from runbook.actions import base, fields
 from runbook.actions.base import ActionResult, Plan, StepContext
+from runbook.actions.fanout import fan_out
 from runbook.errors import BackendError, CommandFailed
 from runbook.parsers import nvidia_smi, procs
 from runbook.parsers.errors import ParseError
@@ -128,8 +129,15 @@ def gpu_holders(ctx: StepContext, p: HoldersParams) -> ActionResult:
         holder = holders.setdefault(entry.pid, {"pid": entry.pid, "command": entry.command, "user": entry.user,
                                                 "devices": []})
         holder["devices"].append(entry.path)
-    for pid, holder in holders.items():
-        cgroup = ctx.nodes.run(p.node, ["cat", f"/proc/{pid}/cgroup"], timeout=p.timeout)
+    # One `cat /proc/<pid>/cgroup` per holder, concurrently: on a busy node there are dozens of holders.
+    cgroups = fan_out(list(holders), lambda pid: ctx.nodes.run(p.node, ["cat", f"/proc/{pid}/cgroup"],
+                                                               timeout=p.timeout),
+                      pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
+                      describe=lambda pid: f"/proc/{pid}/cgroup on {p.node}")
+    for done in cgroups:
+        pid, holder, cgroup = done.target, holders[done.target], done.result
+        if cgroup is None:
+            raise done.error  # as before: a node that cannot be read fails the step
         if cgroup.exit_code != 0:
             holder.update(container_id=None, pod=None, role="gone")
             continue

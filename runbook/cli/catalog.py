@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
+from runbook.cli.output import output_option, print_columns, print_json, stdout_console
 from runbook.errors import ExitCode, InvalidInput
 from runbook.loading import validation
 from runbook.loading.problems import format_report
@@ -75,16 +75,11 @@ def list_playbooks(paths: tuple[str, ...], output: str) -> None:
         print_json([{"name": p.name, "title": p.title, "severity": p.severity, "alerts": list(p.match.alerts),
                      "titles": list(p.match.titles), "detect": _detect_text(p), "steps": len(p.steps)} for p in valid])
     else:
-        from rich.table import Table
-
-        table = Table(show_edge=False, header_style="bold")
-        for column in ("name", "severity", "title", "alerts", "detects"):
-            table.add_column(column)
-        for p in valid:
-            table.add_row(p.name, p.severity, p.title, ", ".join(p.match.alerts) or "-", _detect_text(p))
-        stdout_console().print(table)
+        # Plain columns, not a rich table: `list` is a start-up-time command (bench/startup.py).
+        print_columns(["name", "severity", "title", "alerts", "detects"],
+                      [[p.name, p.severity, p.title, ", ".join(p.match.alerts) or "-", _detect_text(p)] for p in valid])
     if invalid:
-        stderr_console().print(f"invalid, not listed: {', '.join(invalid)} (see `runbook validate`)", markup=False)
+        click.echo(f"invalid, not listed: {', '.join(invalid)} (see `runbook validate`)", err=True)
         raise SystemExit(int(ExitCode.INVALID))
 
 

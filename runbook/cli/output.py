@@ -29,6 +29,13 @@ def stdout_console():
     return Console(highlight=False)
 
 
+def print_columns(headers: list[str], rows: list[list[str]]) -> None:
+    """A plain table on stdout, columns padded to their widest cell: no rich import, never wrapped."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    for row in (headers, *rows):
+        click.echo("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
 def print_json(document: Any) -> None:
     sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()

@@ -101,11 +101,13 @@ class Engine:
     def __init__(self, *, registry: Registry, world: World, clock: Clock, journal: Journal, operator: Operator,
                  locks: Locks, history: History, dry_run: bool = False,
                  kill_switch: Callable[[], str | None] = lambda: None, holder: str = "runbook",
-                 default_timeout: float = 30.0):
+                 default_timeout: float = 30.0, pool_size: int = 16):
+        """`pool_size`: how many per-pod/per-node calls of one step run at once (StepContext.pool_size)."""
         self.registry, self.world, self.clock, self.journal = registry, world, clock, journal
         self.operator, self.locks, self.history = operator, locks, history
         self.dry_run, self.kill_switch, self.holder = dry_run, kill_switch, holder
         self.default_timeout = default_timeout
+        self.pool_size = pool_size
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -219,7 +221,7 @@ class Engine:
         self._remember_signal(action_params)
         ctx = StepContext(world=self.world, clock=self.clock, now=now, step_id=step.id, params=params,
                           dry_run=self.dry_run, timeout=step.timeout or self.default_timeout,
-                          record_evidence=lambda e: self._evidence(step, e))
+                          record_evidence=lambda e: self._evidence(step, e), pool_size=self.pool_size)
         if spec.kind is Kind.REMEDIATION:
             return self._remediate(playbook, step, spec.name, ctx, action_params, context, actions)
         if self.dry_run and step.uses in DRY_RUN_SKIPS:

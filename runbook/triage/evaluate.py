@@ -3,11 +3,12 @@
 A condition fires when it holds now and has held, without a gap, for its `for:` window; it is
 pending when it holds for less. A signal that cannot be read is `unknown`, never quiet. Once
 the metrics backend is unreachable, the remaining playbooks are not asked again: each would
-only wait for the same timeout.
+only wait for the same timeout. The first is asked alone, to find that out; the rest at once.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime as dt
 import math
@@ -23,6 +24,7 @@ LOOKBACK = 3600.0  # how far back "since" is traced; also the "an hour ago" of t
 STEP = 15.0  # resolution of "since": a typical scrape interval
 SEVERITY_RANK = {"P1": 0, "P2": 1, "P3": 2, "P4": 3}
 EXIT_QUIET, EXIT_FIRING, EXIT_BLIND = 0, 10, 11
+MAX_CONCURRENT_QUERIES = 8  # detect queries of triage in flight at once
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,25 +158,48 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
 
 def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,
              params: Mapping[str, Any] | None = None, *, lookback: float = LOOKBACK, step: float = STEP) -> Report:
-    """Every playbook's detect at `at`; `params` override each playbook's defaults (e.g. namespace)."""
+    """Every playbook's detect at `at`; `params` override each playbook's defaults (e.g. namespace).
+
+    The first detect (in name order) is asked alone: an unreachable or failing backend is known after
+    one request and one timeout, and nothing else is asked. The others, independent queries, are then
+    asked at once (at most MAX_CONCURRENT_QUERIES in flight).
+    """
     at = at.replace(microsecond=0)
+    ordered = sorted(playbooks, key=lambda p: p.name)
+    asked = [p for p in ordered if p.detect is not None]
+
+    def ask(playbook: Playbook) -> Finding | BackendUnavailable:
+        try:
+            return evaluate_one(playbook, metrics, at, params or {}, lookback=lookback, step=step)
+        except BackendUnavailable as exc:
+            return exc
+        except RunbookError as exc:
+            return _unknown(playbook, str(exc))
+
+    answers: dict[str, Finding | BackendUnavailable] = {}
+    if asked:
+        answers[asked[0].name] = ask(asked[0])
+    if len(asked) > 1 and not isinstance(answers[asked[0].name], BackendUnavailable):
+        with concurrent.futures.ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_QUERIES, len(asked) - 1),
+                                                   thread_name_prefix="runbook-triage") as pool:
+            answers.update(zip([p.name for p in asked[1:]], pool.map(ask, asked[1:])))
     findings: list[Finding] = []
     unavailable: str | None = None
-    for playbook in sorted(playbooks, key=lambda p: p.name):
-        detect = playbook.detect
-        if unavailable is not None and detect is not None:
-            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown", signal=detect.signal,
-                                    condition=detect.describe(), reason=unavailable))
-            continue
-        try:
+    for playbook in ordered:
+        answer = answers.get(playbook.name)
+        if playbook.detect is None:
             findings.append(evaluate_one(playbook, metrics, at, params or {}, lookback=lookback, step=step))
-        except BackendUnavailable as exc:
-            unavailable = str(exc)
-            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown",
-                                    signal=detect.signal if detect else None,
-                                    condition=detect.describe() if detect else "", reason=unavailable))
-        except RunbookError as exc:
-            findings.append(Finding(playbook.name, playbook.title, playbook.severity, "unknown",
-                                    signal=detect.signal if detect else None,
-                                    condition=detect.describe() if detect else "", reason=str(exc)))
+        elif answer is None:  # not asked: the backend was already unavailable
+            findings.append(_unknown(playbook, unavailable or "not asked"))
+        elif isinstance(answer, BackendUnavailable):
+            unavailable = unavailable or str(answer)
+            findings.append(_unknown(playbook, str(answer)))
+        else:
+            findings.append(answer)
     return Report(at, tuple(findings), unavailable)
+
+
+def _unknown(playbook: Playbook, reason: str) -> Finding:
+    detect = playbook.detect
+    return Finding(playbook.name, playbook.title, playbook.severity, "unknown", signal=detect.signal if detect else None,
+                   condition=detect.describe() if detect else "", reason=reason)

@@ -103,6 +103,9 @@ class StoppingProxy(_Base):
 
     def answer(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         with self.lock:
+            if self.left <= 0:  # already "stopped": a request racing the close gets no answer either
+                handler.close_connection = True
+                return
             self.left -= 1
             last = self.left == 0
         with urllib.request.urlopen(self.target + handler.path, timeout=10) as upstream:

@@ -1,0 +1,59 @@
+"""Triage asks its independent detect queries at once, after one probe that finds a dead backend alone."""
+
+from __future__ import annotations
+
+import threading
+
+from runbook.clock import utc
+from runbook.errors import BackendUnavailable
+from runbook.loading import validation
+from runbook.registry import default_registry
+from runbook.triage.evaluate import evaluate
+
+
+def bundled():
+    registry = default_registry()
+    results = [validation.load_playbook_file(f, registry) for f in validation.discover(validation.default_paths())]
+    return [r.playbook for r in results if r.playbook is not None]
+
+
+class Metrics:
+    """Answers no data; notes how many queries were in flight at once (a barrier lets them meet)."""
+
+    def __init__(self, fail: bool = False, expected: int = 1):
+        self.fail, self.lock, self.asked, self.in_flight, self.most = fail, threading.Lock(), [], 0, 0
+        self.barrier = threading.Barrier(expected, timeout=5)
+
+    def query_range(self, signal, **kwargs):
+        with self.lock:
+            self.asked.append(signal)
+            self.in_flight += 1
+            self.most = max(self.most, self.in_flight)
+            first = len(self.asked) == 1
+        try:
+            if self.fail:
+                raise BackendUnavailable("Prometheus is unreachable")
+            if not first:
+                self.barrier.wait()  # all the queries after the probe are in flight together
+            return []
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def test_the_queries_after_the_first_run_concurrently():
+    playbooks = bundled()
+    metrics = Metrics(expected=len(playbooks) - 1)
+    report = evaluate(playbooks, metrics, utc(2026, 3, 14, 3, 12, 7))
+    assert len(metrics.asked) == len(playbooks) and metrics.most == len(playbooks) - 1
+    assert [f.playbook for f in report.findings] == sorted(p.name for p in playbooks)
+    assert {f.state for f in report.findings} == {"unknown"} and report.unavailable is None
+
+
+def test_an_unavailable_backend_is_asked_once():
+    playbooks = bundled()
+    metrics = Metrics(fail=True)
+    report = evaluate(playbooks, metrics, utc(2026, 3, 14, 3, 12, 7))
+    assert len(metrics.asked) == 1
+    assert report.unavailable == "Prometheus is unreachable"
+    assert all(f.state == "unknown" and f.reason == "Prometheus is unreachable" for f in report.findings)
