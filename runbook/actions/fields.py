@@ -11,6 +11,7 @@ from typing import Annotated
 
 import pydantic
 
+from runbook.model.patterns import checked_regex
 from runbook.actions import base
 
 _SIGNAL = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]{0,127}$")
@@ -49,11 +50,7 @@ def _unix_signal(value: str) -> str:
 
 
 def _regex(value: str) -> str:
-    try:
-        compiled = re.compile(value)
-    except re.error as exc:
-        raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-    if compiled.search("") is not None:
+    if re.compile(checked_regex(value)).search("") is not None:
         raise ValueError(f"pattern {value!r} matches everything; make it specific")
     return value
 

@@ -134,6 +134,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import pydantic
 import yaml
 
+from runbook.model.patterns import checked_regex
 from runbook.clock import Clock
 from runbook.errors import InvalidInput
 from runbook.model.duration import parse_duration
@@ -406,11 +407,7 @@ class ProcessKilled(_Model):
     @pydantic.field_validator("pattern")
     @classmethod
     def _regex(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as e:
-            raise ValueError(f"pattern {value!r} is not a regular expression: {e}") from None
-        return value
+        return checked_regex(value, "pattern")
 
 
 class NodePidKilled(_Model):

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import pydantic
 
 from runbook.model.duration import Duration
+from runbook.model.patterns import checked_regex
 
 SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -37,10 +38,7 @@ class Match(_Strict):
     @classmethod
     def _titles_compile(cls, titles: tuple[str, ...]) -> tuple[str, ...]:
         for title in titles:
-            try:
-                re.compile(title)
-            except re.error as exc:
-                raise ValueError(f"title pattern {title!r} is not a valid regular expression: {exc}") from None
+            checked_regex(title, "title pattern")
         return titles
 
 

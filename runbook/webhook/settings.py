@@ -14,6 +14,7 @@ from typing import Literal
 
 import pydantic
 
+from runbook.model.patterns import checked_regex
 from runbook.errors import InvalidInput
 from runbook.model.duration import Duration
 
@@ -41,12 +42,7 @@ class RouteRule(_Strict):
     @pydantic.field_validator("title")
     @classmethod
     def _compiles(cls, value: str | None) -> str | None:
-        if value is not None:
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"{value!r} is not a valid regular expression: {exc}") from None
-        return value
+        return checked_regex(value) if value is not None else None
 
 
 class Policy(_Strict):
