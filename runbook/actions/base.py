@@ -102,6 +102,7 @@ class Plan:
     refusal: tuple[str, str] | None = None  # (guard, reason) found while planning
     noop: bool = False  # already in the desired state
     server_dry_run: bool = True  # apply(True) validates against the target; False: nothing to validate there
+    namespace: str | None = None  # the Kubernetes namespace changed, for the namespace allow-list; None: none
 
     def diff(self) -> list[str]:
         keys = list(dict.fromkeys([*self.before, *self.after]))
