@@ -7,6 +7,7 @@
     │   ├── BackendUnavailable      unreachable, timed out: never read as "healthy"
     │   ├── NotFound                the object asked for does not exist
     │   ├── Conflict                the object changed underneath us (re-read, re-plan)
+    │   │   └── StalePlan           what a plan was computed from no longer holds: plan again
     │   └── CommandFailed           a command ran but could not be completed
     ├── Refused                     a guard or the operator said no (exit 4)
     └── JournalError                the journal could not be written (exit 1)
@@ -56,6 +57,10 @@ class NotFound(BackendError):
 
 class Conflict(BackendError):
     pass
+
+
+class StalePlan(Conflict):
+    """The target is no longer what the plan saw (another hand changed it): re-read and plan again."""
 
 
 class CommandFailed(BackendError):
