@@ -8,20 +8,19 @@ RUNBOOK_REQUIRE_INTEGRATION=1 (as the other integration suites do).
 from __future__ import annotations
 
 import importlib.util
-import shutil
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from runbook.drill.scenario import scenario_names
 from runbook.engine.operator import AssumeYes
 from tests.conftest import REQUIRE_INTEGRATION
-from tests.prometheus.conftest import PrometheusServer, free_port, need_binary
+from tests.prometheus.conftest import free_port, need_binary
 from tests.realstack import timeline
 from tests.realstack.harness import Stack
 from tests.realstack.nodes import NodeLogins, Oracle
+from tests.realstack.stepped import SteppedPrometheus
 from tests.ssh import server as sshd_server
 
 
@@ -29,25 +28,6 @@ def _unavailable(reason: str) -> None:
     if REQUIRE_INTEGRATION:
         pytest.fail(f"RUNBOOK_REQUIRE_INTEGRATION=1 but {reason}")
     pytest.skip(reason)
-
-
-class SteppedPrometheus(PrometheusServer):
-    """A Prometheus whose instant answers look back one sample interval only, so a series that
-    stops is absent a second later, as in the drill (the default 5 minutes would keep it)."""
-
-    def __init__(self, binary: str, data: Path, workdir: Path):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = workdir / "prometheus.yml"
-        config.write_text("global:\n  scrape_interval: 15s\n")
-        self.log = workdir / f"prometheus-{self.port}.log"
-        with self.log.open("wb") as log:
-            self.process = subprocess.Popen(
-                [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=20y",
-                 f"--query.lookback-delta={timeline.GRID:g}s", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        self._wait_ready()
 
 
 @pytest.fixture(scope="session")

@@ -19,9 +19,8 @@ import pytest
 from runbook import journal as journals
 from runbook.clock import SystemClock
 from tests.realstack import timeline
-from tests.realstack.conftest import SteppedPrometheus
 from tests.prometheus.conftest import need_binary
-from tests.realstack.harness import lay
+from tests.realstack.stepped import SteppedPrometheus
 
 # Seconds from writing the data to the OOM failures stopping: the run's remediations (a few seconds
 # after the server is up) come before it, its verification after.
