@@ -1,8 +1,9 @@
 """Templated step params and `when` conditions, in an immutable Jinja2 sandbox.
 
 A missing value is an error, never an empty string (an empty label selector must never mean
-"every pod"), and rendered text is capped. A string that is one `{{ expression }}` keeps the
-expression's type, so `{{ steps['pods'].result.not_ready }}` stays a list.
+"every pod"), and every render is bounded (`template_limits`: size, steps, time), whole expressions
+included. A string that is one `{{ expression }}` keeps the expression's type, so
+`{{ steps['pods'].result.not_ready }}` stays a list.
 """
 
 from __future__ import annotations
@@ -12,22 +13,69 @@ from collections.abc import Mapping
 from typing import Any
 
 import jinja2
+from jinja2 import nodes
+from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from runbook.engine import template_limits as limits
 from runbook.errors import TemplateError
 
-MAX_RENDERED = 64 * 1024
+MAX_RENDERED = limits.MAX_SIZE
 _WHOLE_EXPRESSION = re.compile(r"^\s*\{\{(?P<expr>(?:(?!\}\}).)*)\}\}\s*$", re.DOTALL)
 _STEP_REFERENCE = re.compile(r"""steps\[\s*['"]([^'"]+)['"]\s*\]|steps\.([A-Za-z_][A-Za-z0-9_]*)""")
 _PARAM_REFERENCE = re.compile(r"params\.([A-Za-z_][A-Za-z0-9_]*)|params\[\s*['\"]([^'\"]+)['\"]\s*\]")
 
 
+class _CountedLoops(CodeGenerator):
+    """Every `{% for %}` iterates through `counted`, so nested loops spend the render's step budget."""
+
+    def visit_Template(self, node: nodes.Template, frame: Any = None) -> None:
+        for loop in node.find_all(nodes.For):
+            loop.iter = nodes.Filter(loop.iter, "_counted", [], [], None, None, lineno=loop.iter.lineno)
+        super().visit_Template(node, frame)
+
+
 class _Env(ImmutableSandboxedEnvironment):
-    pass
+    """The sandbox, with each hook spending the render's budget and refusing what would be too big."""
+
+    code_generator_class = _CountedLoops
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+        limits.step()
+        limits.check_binop(operator, left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        limits.step()
+        return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        limits.step()
+        return super().getitem(obj, argument)
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 (Jinja2's form)
+        limits.step(limits.MACRO_CALL_STEPS if isinstance(__obj, jinja2.runtime.Macro) else 1)
+        owner = getattr(__obj, "__self__", None)
+        if isinstance(owner, str):
+            args, kwargs = limits.check_str_method(owner, getattr(__obj, "__name__", ""), args, kwargs)
+        result = super().call(__context, __obj, *args, **kwargs)
+        if isinstance(result, (str, list, tuple)):
+            limits.check_size(result, "the call's result")
+        return result
 
 
-_ENV = _Env(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+def _finalize(value: Any) -> Any:
+    # Before Jinja2 turns a `{{ value }}` into text: str() of a huge list would allocate it all.
+    return limits.check_size(value, "a value in the text")
+
+
+_ENV = _Env(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True, finalize=_finalize)
 _ENV.filters["percent"] = lambda v, digits=0: f"{float(v) * 100:.{digits}f}%"
+limits.guard_filters(_ENV.filters)
+_ENV.filters["_counted"] = limits.counted
+_ENV.globals["range"] = limits.bounded_range
+del _ENV.globals["lipsum"]  # n paragraphs of filler text: nothing a playbook needs, and unbounded
 
 
 def is_template(value: Any) -> bool:
@@ -60,6 +108,10 @@ def param_references(text: str) -> set[str]:
 
 
 def _explain(exc: Exception, source: str) -> TemplateError:
+    if isinstance(exc, limits.LimitExceeded):
+        return TemplateError(f"{exc} in {source[:80]!r}")
+    if isinstance(exc, RecursionError):
+        return TemplateError(f"the template recurses too deeply in {source[:80]!r}")
     if isinstance(exc, jinja2.UndefinedError):
         return TemplateError(f"{exc.message} in {source!r}; the value is missing (give it as a param, or guard the step with `when`)")
     if isinstance(exc, jinja2.exceptions.SecurityError):
@@ -72,8 +124,9 @@ def _explain(exc: Exception, source: str) -> TemplateError:
 def evaluate(expression: str, context: Mapping[str, Any]) -> Any:
     """The value of one Jinja2 expression (a `when`, or a whole `{{ … }}` param)."""
     try:
-        compiled = _ENV.compile_expression(expression, undefined_to_none=False)
-        value = compiled(**context)
+        with limits.budget():
+            compiled = _ENV.compile_expression(expression, undefined_to_none=False)
+            value = limits.check_size(compiled(**context), "the expression's value")
     except Exception as exc:  # Jinja2 raises many kinds; each becomes one clear TemplateError
         raise _explain(exc, expression) from exc
     if isinstance(value, jinja2.Undefined):
@@ -89,18 +142,31 @@ def render_value(value: Any, context: Mapping[str, Any]) -> Any:
         whole = _WHOLE_EXPRESSION.match(value)
         if whole:
             return evaluate(whole.group("expr"), context)
-        try:
-            text = _ENV.from_string(value).render(**context)
-        except Exception as exc:
-            raise _explain(exc, value) from exc
-        if len(text) > MAX_RENDERED:
-            raise TemplateError(f"{value[:60]!r} rendered to {len(text)} characters, over the cap of {MAX_RENDERED}")
-        return text
+        return _render_text(value, context)
     if isinstance(value, Mapping):
         return {k: render_value(v, context) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [render_value(v, context) for v in value]
     return value
+
+
+def _render_text(source: str, context: Mapping[str, Any]) -> str:
+    """Render piece by piece, stopping at the cap: joining first would allocate the whole output."""
+    pieces: list[str] = []
+    length = 0
+    try:
+        with limits.budget():
+            for piece in _ENV.from_string(source).generate(**context):
+                length += len(piece)
+                if length > MAX_RENDERED:
+                    raise TemplateError(f"{source[:60]!r} rendered to more than {MAX_RENDERED} characters, "
+                                        f"over the cap of {MAX_RENDERED}")
+                pieces.append(piece)
+    except TemplateError:
+        raise
+    except Exception as exc:
+        raise _explain(exc, source) from exc
+    return "".join(pieces)
 
 
 def truthy(expression: str, context: Mapping[str, Any]) -> bool:
