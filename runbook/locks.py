@@ -12,16 +12,29 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
 from runbook.errors import Refused
 
 
+class HeldLock:
+    """A lock in hand; `lost()` says why it is no longer held (a Lease taken over, renewals failing)."""
+
+    def __init__(self, lost: Callable[[], str | None] = lambda: None):
+        self._lost = lost
+
+    def lost(self) -> str | None:
+        return self._lost()
+
+
 class Locks(Protocol):
-    def hold(self, target: str, *, holder: str) -> contextlib.AbstractContextManager[None]:
-        """Hold the target's lock for the block, or raise Refused naming the current holder."""
+    def hold(self, target: str, *, holder: str) -> contextlib.AbstractContextManager[HeldLock]:
+        """Hold the target's lock for the block, or raise Refused naming the current holder.
+
+        The engine asks the `HeldLock` just before it changes anything: a lost lock aborts the change.
+        """
         ...
 
 
@@ -35,7 +48,7 @@ class LocalLocks:
         self.root = Path(state) / "locks"
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[None]:
+    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / _lock_name(target)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -47,7 +60,7 @@ class LocalLocks:
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps({"holder": holder, "pid": os.getpid(), "target": target}).encode(), 0)
             try:
-                yield
+                yield HeldLock()  # flock is held until released or the process dies: never lost
             finally:
                 os.ftruncate(fd, 0)
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -72,11 +85,12 @@ class MemoryLocks:
         self.held: dict[str, str] = dict(held_by or {})
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[None]:
+    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
         if target in self.held:
             raise Refused("lock", f"{target} is locked by {self.held[target]}; wait for that run to finish")
         self.held[target] = holder
         try:
-            yield
+            yield HeldLock(lambda: None if self.held.get(target) == holder else
+                           f"the lock on {target} is now held by {self.held.get(target) or 'nobody'}")
         finally:
             self.held.pop(target, None)

@@ -17,11 +17,13 @@ import re
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from runbook.backends.kubernetes_objects import micro_time, parse_time
 from runbook.errors import BackendError, Conflict, NotFound, Refused
+from runbook.locks import HeldLock
 
 log = logging.getLogger(__name__)
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -58,7 +60,7 @@ class LeaseLocks:
         return first
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[None]:
+    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
         namespace, name = self._namespace(target), lease_name(target)
         identity = f"{holder} ({socket.gethostname()} pid {os.getpid()} {secrets.token_hex(3)})"
         try:
@@ -69,7 +71,7 @@ class LeaseLocks:
         renewer = _Renewer(self, namespace, name, identity, lease)
         renewer.start()
         try:
-            yield
+            yield HeldLock(renewer.lost_reason)
         finally:
             renewer.stop()
             self._release(namespace, name, renewer)
@@ -142,11 +144,23 @@ class _Renewer:
         self.locks, self.namespace, self.name, self.identity = locks, namespace, name, identity
         self.latest = lease
         self.lost = False
+        self.lost_to = ""
+        self.renewed_at = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"renew lease {namespace}/{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
+
+    def lost_reason(self) -> str | None:
+        """Why the Lease may no longer be ours: taken over, or not renewed for longer than it lasts."""
+        if self.lost:
+            return f"the Lease {self.namespace}/{self.name} was taken over by {self.lost_to or 'another holder'}"
+        silent = time.monotonic() - self.renewed_at
+        if silent > self.locks.duration:
+            return (f"the Lease {self.namespace}/{self.name} could not be renewed for {silent:.0f}s, longer than its "
+                    f"{self.locks.duration}s: another runbook may hold it now")
+        return None
 
     def stop(self) -> None:
         self._stop.set()
@@ -160,6 +174,7 @@ class _Renewer:
             try:
                 self.latest = api.call(f"renew the Lease {self.namespace}/{self.name}",
                                        api.coordination.replace_namespaced_lease, self.name, self.namespace, lease)
+                self.renewed_at = time.monotonic()
             except Conflict:
                 try:
                     current = api.call(f"read the Lease {self.namespace}/{self.name}",
@@ -167,6 +182,7 @@ class _Renewer:
                 except BackendError:
                     continue
                 if (current.get("spec") or {}).get("holderIdentity") != self.identity:
+                    self.lost_to = str((current.get("spec") or {}).get("holderIdentity") or "")
                     self.lost = True
                     log.error("lost the Lease %s/%s to %s while holding it", self.namespace, self.name,
                               (current.get("spec") or {}).get("holderIdentity"))
@@ -184,3 +200,16 @@ def target_locks(world, state):
     if isinstance(world.cluster, KubernetesCluster):
         return LeaseLocks(world.cluster)
     return LocalLocks(state)
+
+
+def history_for(world, state):
+    """What cooldowns and budgets count: with a Kubernetes cluster, the local journals and the cluster's
+    record of applied changes (shared by every instance), else the local journals alone."""
+    from runbook.backends.kubernetes_cluster import KubernetesCluster
+    from runbook.backends.kubernetes_ledger import AppliedLedger
+    from runbook.history import SharedHistory
+    from runbook.journal import History
+
+    if isinstance(world.cluster, KubernetesCluster):
+        return SharedHistory(state, AppliedLedger(world.cluster))
+    return History(state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import importlib
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -21,10 +22,33 @@ class Kind(str, enum.Enum):
     CONTROL = "control"  # flow of the run: verify, note, escalate
 
 
+class MetricSignal:
+    """Marks a params field whose value names a Prometheus signal (not, say, a Unix signal)."""
+
+
+METRIC_SIGNAL = MetricSignal()
+
+
+def _marks_signal(annotation: Any) -> bool:
+    if METRIC_SIGNAL in getattr(annotation, "__metadata__", ()):
+        return True
+    return any(_marks_signal(arg) for arg in typing.get_args(annotation))
+
+
 class ActionParams(pydantic.BaseModel):
     """Base of every action's params: unknown keys are errors, values are immutable."""
 
     model_config = pydantic.ConfigDict(extra="forbid", frozen=True, defer_build=True)
+
+    @classmethod
+    def signal_fields(cls) -> tuple[str, ...]:
+        """The fields declared as metric signals (typed `fields.SignalName`): what the report charts."""
+        found = cls.__dict__.get("_signal_fields_cache")
+        if found is None:
+            hints = typing.get_type_hints(cls, include_extras=True)
+            found = tuple(name for name in cls.model_fields if _marks_signal(hints.get(name)))
+            type.__setattr__(cls, "_signal_fields_cache", found)
+        return found
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Any
 
 from runbook.backends.base import (CommandResult, ContainerSpec, ContainerStatus, HttpResponse, NodeInfo, Pod, PodLog,
                                    Sample, Series, Workload)
-from runbook.errors import BackendUnavailable, Conflict, InvalidInput, NotFound
+from runbook.errors import BackendUnavailable, Conflict, InvalidInput, NotFound, StalePlan
 
 Value = float | Callable[[dt.datetime], float]
 
@@ -61,6 +61,7 @@ class FakeWorkload:
     selector: dict[str, str]
     containers: list[ContainerSpec]
     ready: list[bool]  # readiness of pods name-0 … name-(n-1)
+    version: int = 1  # bumped by every change of replicas or containers (its resourceVersion)
 
 
 class FakeCluster:
@@ -97,29 +98,47 @@ class FakeCluster:
     def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         w = self._workload(namespace, kind, name)
         ready = sum(1 for p in self._pods(w) if p.ready)
-        return Workload(kind, name, namespace, w.replicas, ready, dict(w.selector), tuple(w.containers))
+        return Workload(kind, name, namespace, w.replicas, ready, dict(w.selector), tuple(w.containers),
+                        resource_version=str(w.version))
+
+    @staticmethod
+    def _check_baseline(w: FakeWorkload, resource_version: str | None, stale: str | None) -> None:
+        if resource_version and resource_version != str(w.version):
+            raise StalePlan(f"{w.kind}/{w.name} is at version {w.version}, not {resource_version} as planned")
+        if stale:
+            raise StalePlan(stale)
 
     def get_node(self, name: str) -> NodeInfo:
         if name not in self.nodes:
             raise NotFound(f"node {name} not found")
         return self.nodes[name]
 
-    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False) -> Workload:
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False,
+              expected_replicas: int | None = None, resource_version: str | None = None) -> Workload:
         w = self._workload(namespace, kind, name)
+        self._check_baseline(w, resource_version, f"{kind}/{name} has {w.replicas} replicas, not {expected_replicas}"
+                             if expected_replicas is not None and expected_replicas != w.replicas else None)
         if not dry_run:
             self.mutations.append(("scale", f"{kind}/{name}", w.replicas, replicas))
             w.ready = (w.ready + [True] * replicas)[:replicas]
             w.replicas = replicas
+            w.version += 1
         return self.get_workload(namespace, kind, name)
 
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
-                           dry_run: bool = False) -> Workload:
+                           dry_run: bool = False, expected: ContainerSpec | None = None,
+                           resource_version: str | None = None) -> Workload:
         w = self._workload(namespace, kind, name)
         index = next((i for i, c in enumerate(w.containers) if c.name == container), None)
         if index is None:
             raise NotFound(f"{kind}/{name} has no container {container}")
+        seen = w.containers[index]
+        self._check_baseline(w, resource_version, f"{kind}/{name}/{container} changed since planned"
+                             if expected is not None and (seen.command, seen.args) != (expected.command, expected.args)
+                             else None)
         if not dry_run:
+            w.version += 1
             old = w.containers[index]
             new = ContainerSpec(container, tuple(command) if command is not None else old.command,
                                 tuple(args) if args is not None else old.args)

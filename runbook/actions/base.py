@@ -136,6 +136,7 @@ class StepContext:
     timeout: float
     record_evidence: Callable[[Evidence], None]
     pool_size: int = 16
+    interrupted: Callable[[], str | None] = lambda: None  # why the run must stop now (SIGINT…), or None
 
     def evidence(self, kind: Any, title: str, **data: Any) -> None:
         self.record_evidence(Evidence(kind, title, data))

@@ -13,6 +13,7 @@ import pydantic
 
 from runbook.model.patterns import checked_regex
 from runbook.actions import base
+from runbook.registry import METRIC_SIGNAL
 
 _SIGNAL = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]{0,127}$")
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -55,7 +56,7 @@ def _regex(value: str) -> str:
     return value
 
 
-SignalName = Annotated[str, pydantic.AfterValidator(_signal_name)]
+SignalName = Annotated[str, pydantic.AfterValidator(_signal_name), METRIC_SIGNAL]
 PromLabels = Annotated[dict[str, str], pydantic.AfterValidator(_prom_labels)]
 LabelNames = Annotated[list[str], pydantic.AfterValidator(_label_names)]
 Selector = Annotated[str, pydantic.AfterValidator(lambda v: (base.parse_selector(v), v)[1])]

@@ -93,6 +93,12 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
             held_since = None
         if at >= deadline:
             break
+        stop = ctx.interrupted()
+        if stop:
+            # A run told to stop does not wait out the window: the engine rolls back what was changed.
+            ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
+            return ActionResult.failed(f"verification of {condition} stopped: {stop}; last reading: {last_seen}",
+                                       condition=condition, readings=len(readings), last=last_seen, interrupted=stop)
         ctx.clock.sleep(min(p.interval, max((deadline - at).total_seconds(), 0.001)))
     ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
     return ActionResult.failed(

@@ -12,6 +12,7 @@ import pydantic
 from runbook import flags
 from runbook.actions import base, fields
 from runbook.actions.base import Plan, StepContext
+from runbook.backends.base import ContainerSpec
 from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.errors import InvalidInput
 from runbook.registry import ActionParams, Kind, action
@@ -42,14 +43,18 @@ def scale(ctx: StepContext, p: ScaleParams) -> Plan:
     before = workload.replicas
 
     def apply(dry_run: bool) -> dict:
-        done = ctx.cluster.scale(namespace, kind, name, p.replicas, dry_run=dry_run)
+        # Only from the view the plan (and its guards) saw: a workload scaled since is re-planned.
+        done = ctx.cluster.scale(namespace, kind, name, p.replicas, dry_run=dry_run, expected_replicas=before,
+                                 resource_version=workload.resource_version or None)
         return {"replicas": done.replicas}
 
     def rollback() -> dict:
-        done = ctx.cluster.scale(namespace, kind, name, before)
+        # Only while the workload is still as this change left it: a later hand's scale is not undone.
+        done = ctx.cluster.scale(namespace, kind, name, before, expected_replicas=p.replicas)
         return {"replicas": done.replicas}
 
     return Plan(target=f"{namespace}/{kind}/{name}", summary=f"scale {kind}/{name} {before} → {p.replicas}",
+                namespace=namespace,
                 before={"replicas": before}, after={"replicas": p.replicas}, apply=apply, rollback=rollback,
                 value_after=float(p.replicas), ready_before=len(ready_names), ready_after=ready_after,
                 touched=max(0, before - p.replicas), total=max(before, 1), noop=before == p.replicas)
@@ -95,7 +100,7 @@ def delete_pod(ctx: StepContext, p: DeletePodParams) -> Plan:
         return {"deleted": sorted(doomed)}
 
     listing = ", ".join(sorted(doomed)) or "no pods"
-    return Plan(target=target, summary=f"delete {listing}",
+    return Plan(target=target, summary=f"delete {listing}", namespace=namespace,
                 before={"pods": sorted(doomed), "ready": f"{len(ready_now)}/{len(siblings)}"},
                 after={"pods": [], "ready": f"{ready_after}/{len(siblings)} until recreated"},
                 apply=apply, ready_before=len(ready_now), ready_after=ready_after, touched=len(doomed),
@@ -149,22 +154,27 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     new_command = change.command if change.command != old_command else None
     new_args = change.args if change.args != old_args else None
 
+    planned_from = ContainerSpec(p.container, old_command, old_args)
+    left_as = ContainerSpec(p.container, change.command, change.args)
+
     def apply(dry_run: bool) -> dict:
+        # Only from the command line the plan read: another hand's edit since is never written over.
         ctx.cluster.set_container_argv(namespace, kind, name, p.container, command=new_command, args=new_args,
-                                       dry_run=dry_run)
+                                       dry_run=dry_run, expected=planned_from,
+                                       resource_version=workload.resource_version or None)
         return {p.flag: change.after, "where": change.location}
 
     def rollback() -> dict:
         ctx.cluster.set_container_argv(namespace, kind, name, p.container,
                                        command=old_command if new_command is not None else None,
-                                       args=old_args if new_args is not None else None)
+                                       args=old_args if new_args is not None else None, expected=left_as)
         return {p.flag: change.before}
 
     try:
         value_after = float(change.after)
     except ValueError:
         value_after = None
-    return Plan(target=f"{namespace}/{kind}/{name}",
+    return Plan(target=f"{namespace}/{kind}/{name}", namespace=namespace,
                 summary=f"set {p.flag} of {kind}/{name}/{p.container} {change.before} → {change.after}",
                 before={p.flag: change.before}, after={p.flag: change.after}, apply=apply, rollback=rollback,
                 value_after=value_after, ready_before=workload.ready_replicas,

@@ -83,6 +83,7 @@ class Workload:
     ready_replicas: int
     selector: Mapping[str, str]
     containers: tuple[ContainerSpec, ...] = ()
+    resource_version: str = ""  # the version this view was read at: changes are made conditional on it
 
     @property
     def ref(self) -> str:
@@ -143,7 +144,12 @@ class Metrics(Protocol):
 
 
 class Cluster(Protocol):
-    """Pods and workloads of one cluster. Mutations accept `dry_run` (server-side dry run)."""
+    """Pods and workloads of one cluster. Mutations accept `dry_run` (server-side dry run).
+
+    A change made from a plan carries the plan's baseline: the `resource_version` of the workload
+    as the plan read it and the values the plan saw (`expected_replicas`, `expected`). Where the
+    workload is no longer that version, or those values, the change is not made: `StalePlan`.
+    """
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]: ...
 
@@ -151,11 +157,13 @@ class Cluster(Protocol):
 
     def get_node(self, name: str) -> NodeInfo: ...
 
-    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False) -> Workload: ...
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False,
+              expected_replicas: int | None = None, resource_version: str | None = None) -> Workload: ...
 
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
-                           dry_run: bool = False) -> Workload:
+                           dry_run: bool = False, expected: ContainerSpec | None = None,
+                           resource_version: str | None = None) -> Workload:
         """Replace exactly this container's command and/or args (None leaves one as it is)."""
         ...
 

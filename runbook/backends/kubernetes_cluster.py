@@ -1,8 +1,8 @@
 """`Cluster` on the official Kubernetes client: pods, workloads, scale, args, deletes, exec, logs.
 
-Every change is conditional: scale and args patches carry the resourceVersion they were computed
-from (a 409 means re-read, check that what the plan was based on still holds, and only then try
-again), and pod deletes carry the inspected pod's uid. `dry_run` is the server-side `dryRun=All`.
+Every change is conditional: scale and args patches carry the resourceVersion their plan was
+computed from (a 409 is `StalePlan`: the engine reads again and plans again), and pod deletes
+carry the inspected pod's uid. `dry_run` is the server-side `dryRun=All`.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, P
 from runbook.backends.kubernetes_api import ApiFailure, KubeApi, Settings
 from runbook.backends.kubernetes_exec import Executor
 from runbook.backends.kubernetes_objects import node_from, pod_from, selector_text, workload_from
-from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, Refused
+from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, Refused, StalePlan
 
-CONFLICT_ATTEMPTS = 4  # reads-and-retries after a 409 before giving up with Conflict
 PAGE = 500  # pods per list request
 MAX_LOG_BYTES = 64 * 1024 * 1024  # per pod, when the caller sets no limit
 MERGE_PATCH = "application/merge-patch+json"
@@ -72,14 +71,13 @@ class KubernetesCluster:
     # -- changes ----------------------------------------------------------------------------
 
     def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False,
-              expected_replicas: int | None = None) -> Workload:
-        """Set replicas through the scale subresource.
+              expected_replicas: int | None = None, resource_version: str | None = None) -> Workload:
+        """Set replicas through the scale subresource, conditional on the plan's baseline.
 
-        The patch carries the resourceVersion it was read at. After a 409 the scale is read again:
-        at the target already, an earlier attempt landed (its answer lost); still what they were
-        (or `expected_replicas`, what the plan saw), only something else changed and the patch is
-        sent again; moved elsewhere, someone else scaled the workload and the plan no longer
-        holds: Conflict.
+        The patch carries `resource_version` (the version the plan read) or, without one, the
+        version read just before; a workload no longer at `expected_replicas` is not touched.
+        A 409 means the workload changed since: `StalePlan`, for the engine to plan again —
+        unless a lost earlier attempt of this very call already set the replicas asked for.
         """
         if kind == "daemonset":
             raise InvalidInput(f"daemonset/{name}: a DaemonSet has no replica count to scale")
@@ -87,78 +85,80 @@ class KubernetesCluster:
             raise InvalidInput(f"cannot scale {kind}/{name} to {replicas} replicas")
         what = f"scale {kind}/{name} in {namespace} to {replicas}"
         read, patch = self._apps("read", kind, "_scale"), self._apps("patch", kind, "_scale")
-        baseline = expected_replicas
-        for _ in range(CONFLICT_ATTEMPTS):
+        version = resource_version
+        if not version:
             current = self.api.call(f"read the scale of {kind}/{name} in {namespace}", read, name, namespace)
             now = int((current.get("spec") or {}).get("replicas") or 0)
-            if baseline is None:
-                baseline = now
-            elif now == replicas and not dry_run:
-                return self.get_workload(namespace, kind, name)  # our earlier attempt landed, its answer lost
-            elif now != baseline:
-                raise Conflict(f"{what}: {kind}/{name} now has {now} replicas, not the {baseline} this change was "
-                               "planned from (someone else scaled it); re-run to plan again")
-            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                    "spec": {"replicas": replicas}}
-            try:
-                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
-                                       _content_type=MERGE_PATCH)
-            except Conflict:
-                continue  # changed since read: read again and re-check before trying again
-            workload = self.get_workload(namespace, kind, name)
-            if dry_run:
-                return dataclasses.replace(workload, replicas=int((result.get("spec") or {}).get("replicas", replicas)))
-            return workload
-        raise Conflict(f"{what}: {kind}/{name} kept changing ({CONFLICT_ATTEMPTS} conflicts in a row); re-run to "
-                       "plan again")
+            if expected_replicas is not None and now != expected_replicas:
+                raise StalePlan(f"{what}: {kind}/{name} now has {now} replicas, not the {expected_replicas} this "
+                                "change was planned from (someone else scaled it)")
+            version = (current.get("metadata") or {}).get("resourceVersion")
+        body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+        try:
+            result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                   _content_type=MERGE_PATCH)
+        except Conflict as exc:
+            current = self.api.call(f"read the scale of {kind}/{name} in {namespace}", read, name, namespace)
+            now = int((current.get("spec") or {}).get("replicas") or 0)
+            if getattr(exc, "attempts", 1) > 1 and now == replicas and not dry_run:
+                return self.get_workload(namespace, kind, name)  # our lost earlier attempt landed
+            raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (it has {now} replicas "
+                            f"now, version {(current.get('metadata') or {}).get('resourceVersion')} instead of "
+                            f"{version})") from None
+        workload = self.get_workload(namespace, kind, name)
+        if dry_run:
+            return dataclasses.replace(workload, replicas=int((result.get("spec") or {}).get("replicas", replicas)))
+        return workload
 
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None, dry_run: bool = False,
-                           expected: ContainerSpec | None = None) -> Workload:
+                           expected: ContainerSpec | None = None, resource_version: str | None = None) -> Workload:
         """Replace exactly this container's command and/or args, and nothing else.
 
         A strategic merge patch merges `containers` by name and replaces the `args` list whole, so
-        the other containers and fields stay as they are. Conflicts are handled as in `scale`,
-        the baseline being the container's command line as read (or `expected`).
+        the other containers and fields stay as they are. Conditional as `scale` is, the baseline
+        being the container's command line as planned (`expected`) and the plan's version.
         """
         if command is None and args is None:
             return self.get_workload(namespace, kind, name)
         what = f"set the command line of {kind}/{name}/{container} in {namespace}"
         patch = self._apps("patch", kind)
-        baseline = expected
-        for _ in range(CONFLICT_ATTEMPTS):
+        version = resource_version
+        if not version:
             current = self._read_workload(namespace, kind, name)
-            workload = workload_from(kind, current)
+            spec = workload_from(kind, current).container(container)
+            if expected is not None and (spec.command, spec.args) != (expected.command, expected.args):
+                raise StalePlan(f"{what}: the container's command line changed since this change was planned "
+                                f"(now {' '.join(spec.command + spec.args)})")
+            version = (current.get("metadata") or {}).get("resourceVersion")
+        entry: dict[str, Any] = {"name": container}
+        if command is not None:
+            entry["command"] = list(command)
+        if args is not None:
+            entry["args"] = list(args)
+        body = {"metadata": {"resourceVersion": version}, "spec": {"template": {"spec": {"containers": [entry]}}}}
+        try:
+            result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                   _content_type=STRATEGIC_PATCH)
+        except Conflict as exc:
+            workload = workload_from(kind, self._read_workload(namespace, kind, name))
             spec = workload.container(container)
             landed = (command is None or spec.command == tuple(command)) and (args is None or spec.args == tuple(args))
-            if baseline is None:
-                baseline = spec
-            elif landed and not dry_run:
-                return workload  # our earlier attempt landed, its answer lost
-            elif (spec.command, spec.args) != (baseline.command, baseline.args):
-                raise Conflict(f"{what}: the container's command line changed since this change was planned "
-                               f"(now {list(spec.command) + list(spec.args)}); re-run to plan again")
-            entry: dict[str, Any] = {"name": container}
-            if command is not None:
-                entry["command"] = list(command)
-            if args is not None:
-                entry["args"] = list(args)
-            body = {"metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-                    "spec": {"template": {"spec": {"containers": [entry]}}}}
-            try:
-                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
-                                       _content_type=STRATEGIC_PATCH)
-            except Conflict:
-                continue  # changed since read: read again and re-check before trying again
+            if getattr(exc, "attempts", 1) > 1 and landed and not dry_run:
+                return workload  # our lost earlier attempt landed
+            raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (the container's command "
+                            f"line is now {' '.join(spec.command + spec.args)})") from None
+        try:
             workload = workload_from(kind, result)
             got = workload.container(container)
-            if (command is not None and got.command != tuple(command)) or (args is not None and got.args != tuple(args)):
-                verb = "would store" if dry_run else "stored"
-                raise InvalidInput(f"{what}: the API server {verb} {list(got.command) + list(got.args)} instead of "
-                                   f"the command line asked for (an admission webhook rewrote it?)")
-            return workload
-        raise Conflict(f"{what}: {kind}/{name} kept changing ({CONFLICT_ATTEMPTS} conflicts in a row); re-run to "
-                       "plan again")
+        except (InvalidInput, NotFound) as exc:
+            raise CommandFailed(f"{what}: the API server's answer cannot be read back ({exc})") from None
+        if (command is not None and got.command != tuple(command)) or (args is not None and got.args != tuple(args)):
+            verb = "would store" if dry_run else "stored"
+            # A change was (or would be) stored, but not the one planned: a backend failure, never bad input.
+            raise CommandFailed(f"{what}: the API server {verb} {' '.join(got.command + got.args)} instead of the "
+                                "command line asked for (an admission webhook rewrote it?)")
+        return workload
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False,
                    evict: bool | None = None) -> None:

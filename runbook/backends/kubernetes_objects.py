@@ -101,6 +101,7 @@ def workload_from(kind: str, obj: Mapping[str, Any]) -> Workload:
     containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or []
     return Workload(kind=kind, name=meta.get("name", ""), namespace=meta.get("namespace", ""), replicas=replicas,
                     ready_replicas=ready, selector=workload_selector(kind, obj),
+                    resource_version=str(meta.get("resourceVersion") or ""),
                     containers=tuple(ContainerSpec(c.get("name", ""), tuple(c.get("command") or ()), tuple(c.get("args") or ()))
                                      for c in containers))
 

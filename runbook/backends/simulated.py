@@ -29,13 +29,13 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from runbook.backends.base import (
-    WORKLOAD_KINDS, CommandResult, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, World, Workload,
+    WORKLOAD_KINDS, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, World, Workload,
 )
 from runbook.backends.sim_commands import run_in_pod, run_on_node
 from runbook.backends.sim_state import PodState, WorkloadState, WorldState, flag_value
 from runbook.clock import Clock
 from runbook.drill.scenario import LogEntry, Scenario
-from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound
+from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, StalePlan
 
 __all__ = ["SimulatedWorld", "SimMetrics", "SimCluster", "SimNodes", "SimHttp", "flag_value"]
 
@@ -118,6 +118,22 @@ class SimMetrics:
 class SimCluster:
     def __init__(self, state: WorldState):
         self._state = state
+        self._versions: dict[str, int] = {}  # workload ref → version, bumped by each change of its spec
+
+    def _versioned(self, w: WorkloadState, view: Workload) -> Workload:
+        return dataclasses.replace(view, resource_version=str(self._versions.get(w.ref, 1)))
+
+    def _check_baseline(self, w: WorkloadState, what: str, resource_version: str | None, stale: str | None) -> None:
+        """Refuse a change whose plan saw another version of the workload, or other values (as the API would)."""
+        version = str(self._versions.get(w.ref, 1))
+        if resource_version and resource_version != version:
+            raise StalePlan(f"{what}: {w.ref} changed since this change was planned (version {version}, "
+                            f"planned from {resource_version})")
+        if stale:
+            raise StalePlan(f"{what}: {stale}")
+
+    def _bump(self, w: WorkloadState) -> None:
+        self._versions[w.ref] = self._versions.get(w.ref, 1) + 1
 
     # ------------------------------------------------------------------ reads
 
@@ -140,7 +156,8 @@ class SimCluster:
 
     def get_workload(self, namespace: str, kind: str, name: str) -> Workload:
         now = self._state.tick()
-        return self._workload(namespace, kind, name).to_workload(now)
+        w = self._workload(namespace, kind, name)
+        return self._versioned(w, w.to_workload(now))
 
     def get_node(self, name: str) -> NodeInfo:
         self._state.tick()
@@ -151,25 +168,35 @@ class SimCluster:
 
     # ------------------------------------------------------------------ mutations
 
-    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False) -> Workload:
+    def scale(self, namespace: str, kind: str, name: str, replicas: int, *, dry_run: bool = False,
+              expected_replicas: int | None = None, resource_version: str | None = None) -> Workload:
         now = self._state.tick()
         w = self._workload(namespace, kind, name)
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise InvalidInput(f"replicas must be an integer ≥ 0, found {replicas!r}")
+        stale = (f"{w.ref} now has {w.replicas} replicas, not the {expected_replicas} this change was planned from"
+                 if expected_replicas is not None and w.replicas != expected_replicas else None)
+        self._check_baseline(w, f"scale {w.ref} to {replicas}", resource_version, stale)
         if dry_run:
-            return dataclasses.replace(w.to_workload(now), replicas=replicas)
+            return dataclasses.replace(self._versioned(w, w.to_workload(now)), replicas=replicas)
         old = w.replicas
         self._state.record("scale", workload=w.ref, namespace=namespace, before=old, after=replicas)
         self._state.scale(w, replicas)
+        self._bump(w)
         self._state.fire("scaled", workload=w.ref, old=old, new=replicas)
-        return w.to_workload(self._state.now())
+        return self._versioned(w, w.to_workload(self._state.now()))
 
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
-                           dry_run: bool = False) -> Workload:
+                           dry_run: bool = False, expected: ContainerSpec | None = None,
+                           resource_version: str | None = None) -> Workload:
         now = self._state.tick()
         w = self._workload(namespace, kind, name)
         w.to_workload(now).container(container)  # NotFound with the known containers
+        seen = w.containers[container]
+        stale = (f"the command line of {w.ref}/{container} changed since this change was planned"
+                 if expected is not None and seen != (expected.command, expected.args) else None)
+        self._check_baseline(w, f"set the command line of {w.ref}/{container}", resource_version, stale)
         for what, value in (("command", command), ("args", args)):
             if value is not None and (isinstance(value, str) or not all(isinstance(a, str) for a in value)):
                 raise InvalidInput(f"{what} must be a list of strings, found {value!r}")
@@ -179,20 +206,21 @@ class SimCluster:
             containers = dict(w.containers)
             containers[container] = new
             preview = WorkloadState(spec=w.spec, replicas=w.replicas, containers=containers, pods=w.pods)
-            return preview.to_workload(now)
+            return self._versioned(w, preview.to_workload(now))
         if new == (old_command, old_args):
-            return w.to_workload(now)
+            return self._versioned(w, w.to_workload(now))
         self._state.record("set_container_argv", workload=w.ref, namespace=namespace, container=container,
                            before={"command": list(old_command), "args": list(old_args)},
                            after={"command": list(new[0]), "args": list(new[1])})
         w.containers[container] = new
+        self._bump(w)
         for pod in list(w.pods):
             c = pod.container(container)
             if c is not None:
                 self._state.restart_container(pod, c, reason="Completed", exit_code=0)
         self._state.fire("arg_changed", workload=w.ref, container=container,
                          old_argv=old_command + old_args, new_argv=new[0] + new[1])
-        return w.to_workload(self._state.now())
+        return self._versioned(w, w.to_workload(self._state.now()))
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
         self._state.tick()

@@ -79,12 +79,8 @@ def budget(plan: Plan, guard: Guard, *, applied_last_hour: int) -> Verdict | Non
     return _ok("budget", f"{applied_last_hour} of {guard.budget_per_hour} remediations used this hour on {plan.target}")
 
 
-def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
-                applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
-    """Every hard guard in order; the first refusal is the one the run reports.
-
-    `applications(action_or_None, since)` lists when remediations were applied to this target.
-    """
+def plan_guards(plan: Plan, guard: Guard) -> list[Verdict]:
+    """The guards that read only the plan: floor and ceiling, min ready, max fraction, the plan's own refusal."""
     verdicts: list[Verdict] = []
     if plan.refusal is not None:
         verdicts.append(_no(*plan.refusal))
@@ -92,6 +88,16 @@ def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
         verdict = check(plan, guard)
         if verdict is not None:
             verdicts.append(verdict)
+    return verdicts
+
+
+def history_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
+                   applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
+    """Cooldown and hourly budget: they read what was applied before, so they run under the target's lock.
+
+    `applications(action_or_None, since)` lists when remediations were applied to this target.
+    """
+    verdicts: list[Verdict] = []
     if guard.cooldown is not None:
         same_action = applications(action, now - dt.timedelta(seconds=guard.cooldown))
         verdicts.append(cooldown(plan, guard, now=now, last_applied=same_action[-1] if same_action else None))  # type: ignore[arg-type]
@@ -99,3 +105,9 @@ def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
         hour = applications(None, now - dt.timedelta(hours=1))
         verdicts.append(budget(plan, guard, applied_last_hour=len(hour)))  # type: ignore[arg-type]
     return verdicts
+
+
+def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
+                applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
+    """Every hard guard in order; the first refusal is the one the run reports."""
+    return plan_guards(plan, guard) + history_guards(plan, guard, action=action, now=now, applications=applications)

@@ -11,7 +11,7 @@ import dataclasses
 import datetime as dt
 import getpass
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pydantic
@@ -19,9 +19,10 @@ import pydantic
 from runbook.actions.base import ActionResult, Evidence, Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import Clock
-from runbook.engine import guards, templating
+from runbook.engine import guards, namespaces, templating
 from runbook.engine.operator import Confirmation, ConfirmRequest, Operator
-from runbook.errors import BackendError, BackendUnavailable, InvalidInput, Refused, RunbookError
+from runbook.errors import (BackendError, BackendUnavailable, Conflict, InvalidInput, JournalError, NotFound, Refused,
+                            RunbookError, StalePlan)
 from runbook.journal import History, Journal
 from runbook.locks import Locks
 from runbook.model import events as ev
@@ -37,7 +38,13 @@ DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothi
                  "flow.escalate": "dry run: would escalate here"}
 
 OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_back": 1, "escalated": 1,
-                "proposed": 4}
+                "proposed": 4, "interrupted": 130}
+
+# How often a change whose target moved under it is planned again (and its guards re-run) before refusing.
+REPLANS = 3
+
+# An apply that raised one of these did not change the target; anything else may have.
+NOT_APPLIED = (Refused, InvalidInput, NotFound, Conflict)
 
 # Journaled when an operator leaves a planned change to a human instead of approving it.
 ACTION_PROPOSED = ev.ACTION_PROPOSED
@@ -69,6 +76,7 @@ class AppliedAction:
     by: str
     applied: bool  # False: planned only (dry run)
     rollback: Callable[[], dict[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
+    rolled_back: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "action": self.action, "target": self.target, "before": self.before,
@@ -101,23 +109,36 @@ class Engine:
     def __init__(self, *, registry: Registry, world: World, clock: Clock, journal: Journal, operator: Operator,
                  locks: Locks, history: History, dry_run: bool = False,
                  kill_switch: Callable[[], str | None] = lambda: None, holder: str = "runbook",
-                 default_timeout: float = 30.0, pool_size: int = 16):
-        """`pool_size`: how many per-pod/per-node calls of one step run at once (StepContext.pool_size)."""
+                 default_timeout: float = 30.0, pool_size: int = 16,
+                 interrupted: Callable[[], str | None] = lambda: None,
+                 namespaces: Collection[str] | None = None):
+        """`pool_size`: how many per-pod/per-node calls of one step run at once (StepContext.pool_size).
+
+        `interrupted()`: why the run must stop (SIGINT, SIGTERM), or None; checked before each step
+        and each apply. `namespaces`: where changes may be made (None: the playbook's own `namespace`).
+        """
         self.registry, self.world, self.clock, self.journal = registry, world, clock, journal
         self.operator, self.locks, self.history = operator, locks, history
         self.dry_run, self.kill_switch, self.holder = dry_run, kill_switch, holder
         self.default_timeout = default_timeout
         self.pool_size = pool_size
+        self.interrupted = interrupted
+        self.namespaces = namespaces
 
     # -- the run ---------------------------------------------------------------------------
 
     def run(self, playbook: Playbook, *, alert: Alert | None = None, params: Mapping[str, Any] | None = None,
             record_alert: bool = True, skip: Mapping[str, str] | None = None) -> RunResult:
-        """`skip`: step id → why it is not run this time (e.g. applied by an earlier run of the incident)."""
+        """Run every step; whatever is raised, the journal ends with `run.finished`.
+
+        `params` come from outside (alert labels, `-p`): they are data, never rendered as templates.
+        `skip`: step id → why it is not run this time (e.g. applied by an earlier run of the incident).
+        """
         now = self.clock.now()
         if alert is not None and record_alert:
             self._record(ev.ALERT_RECEIVED, now, data=alert.to_json())
-        merged = {**playbook.params, **(params or {})}
+        given = dict(params or {})
+        merged = {**playbook.params, **given}
         base = {"alert": alert.template_view() if alert else {"labels": {}, "annotations": {}, "name": "", "source": "manual"},
                 "incident": {"id": self.journal.incident}}
         self._record(ev.RUN_STARTED, now, data={"playbook": playbook.name, "title": playbook.title,
@@ -125,20 +146,46 @@ class Engine:
                                                  "params": merged, "holder": self.holder,
                                                  "root_cause_hints": list(playbook.rca.root_cause_hints),
                                                  "improvements": playbook.rca.improvements.model_dump(mode="json")})
-        outcome, reason = "resolved", "every step finished"
         self._started_at = now
         self._signals: dict[str, tuple[dict[str, str], tuple[str, ...]]] = {}
+        self._allowed_namespaces = namespaces.allowed_namespaces(
+            playbook.params, self.namespaces, literal=namespaces.playbook_literals(playbook.steps))
         if playbook.detect is not None:
             self._signals[playbook.detect.signal] = ({}, ())
         steps: list[StepOutcome] = []
         actions: list[AppliedAction] = []
-        escalated = False
         try:
-            rendered_params = templating.render_value(merged, base)
+            outcome, reason = self._run_steps(playbook, base, merged, given, skip, steps, actions)
+        except JournalError:
+            raise  # nothing more can be recorded; the caller reports it
+        except BaseException as exc:  # noqa: BLE001 - the journal must end with an outcome whatever happened
+            interrupted = not isinstance(exc, Exception)
+            why = (f"interrupted ({type(exc).__name__})" if interrupted
+                   else f"internal error: {type(exc).__name__}: {exc}")
+            self._rollback_after(why, actions)
+            self._finish(playbook, "interrupted" if interrupted else "failed", why, steps, actions)
+            if interrupted:
+                raise
+            return RunResult(self.journal.incident, self.journal.run, playbook.name, "failed", why,
+                             tuple(steps), tuple(actions))
+        return self._finish(playbook, outcome, reason, steps, actions)
+
+    def _run_steps(self, playbook: Playbook, base: dict[str, Any], merged: dict[str, Any], given: dict[str, Any],
+                   skip: Mapping[str, str] | None, steps: list[StepOutcome],
+                   actions: list[AppliedAction]) -> tuple[str, str]:
+        try:
+            # Only the playbook's own defaults are templates; values from outside are taken as they are.
+            defaults = {k: v for k, v in playbook.params.items() if k not in given}
+            rendered_params = {**templating.render_value(defaults, base), **given}
         except InvalidInput as exc:
-            return self._finish(playbook, "failed", f"params: {exc}", steps, actions)
+            return "failed", f"params: {exc}"
         context: dict[str, Any] = {**base, "params": rendered_params, "steps": {}}
+        escalated = False
         for step in playbook.steps:
+            stop = self.interrupted()
+            if stop:
+                self._rollback_after(stop, actions)
+                return "interrupted", f"stopped before step {step.id}: {stop}"
             if skip and step.id in skip:
                 spec = self.registry.get(step.uses)
                 out = self._end(step, spec.kind.value if spec else "control", "skipped", skip[step.id], {},
@@ -151,31 +198,42 @@ class Engine:
                 escalated = True
             if out.status == "proposed":
                 # What follows a proposed change assumes it was made: wait for the human's approval.
-                outcome, reason = "proposed", out.summary
-                break
+                return "proposed", out.summary
+            if out.guard == "interrupted" or (out.status == "failed" and out.result.get("interrupted")):
+                self._rollback_after(out.summary, actions)
+                return "interrupted", out.summary
             if out.status not in ("refused", "failed") or step.on_fail == "continue":
                 continue
             if out.status == "refused":
-                outcome, reason = "refused", out.summary
                 if step.on_fail == "escalate":
                     self._escalate(step, f"{step.id} refused: {out.summary}")
-                break
+                return "refused", out.summary
             if step.on_fail == "rollback":
                 self._rollback(step, actions)
                 self._escalate(step, f"{step.id} failed and the run rolled back: {out.summary}")
-                outcome, reason = "rolled_back", out.summary
-            elif step.on_fail == "escalate":
+                return "rolled_back", out.summary
+            if step.on_fail == "escalate":
                 self._escalate(step, f"{step.id} failed: {out.summary}")
-                outcome, reason = "escalated", out.summary
-            else:
-                outcome, reason = "failed", out.summary
-            break
-        else:
-            if escalated:
-                outcome, reason = "escalated", "the playbook escalated to a human"
-            elif self.dry_run:
-                outcome, reason = "dry_run", "dry run: diagnostics ran, nothing was applied"
-        return self._finish(playbook, outcome, reason, steps, actions)
+                return "escalated", out.summary
+            return "failed", out.summary
+        if escalated:
+            return "escalated", "the playbook escalated to a human"
+        if self.dry_run:
+            return "dry_run", "dry run: diagnostics ran, nothing was applied"
+        return "resolved", "every step finished"
+
+    def _rollback_after(self, why: str, actions: list[AppliedAction]) -> None:
+        """A run stopped between a change and its verification: undo what it applied, and say so."""
+        applied = [a for a in actions if a.applied and not a.rolled_back]
+        if not applied:
+            return
+        self._record(ev.NOTE, self.clock.now(), data={"message": f"the run stopped ({why}) after changing "
+                                                                  f"{', '.join(a.target for a in applied)}; "
+                                                                  "rolling back what it applied"})
+        self._rollback_actions(why, actions)
+        self._record(ev.ESCALATED, self.clock.now(), data={"reason": f"the run stopped ({why}) before it could "
+                                                                      "verify its changes; they were rolled back "
+                                                                      "where possible"})
 
     def _finish(self, playbook: Playbook, outcome: str, reason: str, steps: list[StepOutcome],
                 actions: list[AppliedAction]) -> RunResult:
@@ -221,7 +279,8 @@ class Engine:
         self._remember_signal(action_params)
         ctx = StepContext(world=self.world, clock=self.clock, now=now, step_id=step.id, params=params,
                           dry_run=self.dry_run, timeout=step.timeout or self.default_timeout,
-                          record_evidence=lambda e: self._evidence(step, e), pool_size=self.pool_size)
+                          record_evidence=lambda e: self._evidence(step, e), pool_size=self.pool_size,
+                          interrupted=self.interrupted)
         if spec.kind is Kind.REMEDIATION:
             return self._remediate(playbook, step, spec.name, ctx, action_params, context, actions)
         if self.dry_run and step.uses in DRY_RUN_SKIPS:
@@ -230,6 +289,9 @@ class Engine:
             result: ActionResult = spec.func(ctx, action_params)
         except RunbookError as exc:
             return self._end(step, kind, "failed", str(exc), {"error": type(exc).__name__}, now)
+        except Exception as exc:  # noqa: BLE001 - a bug or a malformed answer fails the step, journaled
+            return self._end(step, kind, "failed", f"internal error in {step.uses}: {type(exc).__name__}: {exc}",
+                             {"error": type(exc).__name__}, now)
         if step.uses == "flow.verify":
             self._record(ev.VERIFY_PASSED if result.status == "ok" else ev.VERIFY_FAILED, self.clock.now(),
                          step=step.id, data={"summary": result.summary, **result.result})
@@ -240,8 +302,14 @@ class Engine:
         return self._end(step, kind, result.status, result.summary, result.result, now)
 
     def _remember_signal(self, action_params: Any) -> None:
-        signal = getattr(action_params, "signal", None)
-        if isinstance(signal, str):
+        """Note the metric signals a step read, for the report's charts.
+
+        Only fields the params model declares as metric signals: a kill's `signal: KILL` is a Unix signal.
+        """
+        for field in type(action_params).signal_fields():
+            signal = getattr(action_params, field, None)
+            if not isinstance(signal, str):
+                continue
             labels = dict(getattr(action_params, "labels", {}) or {})
             by = tuple(getattr(action_params, "by", ()) or ())
             known = self._signals.get(signal)
@@ -263,8 +331,8 @@ class Engine:
                                     "labels": labels, "by": list(by), "start": begin, "end": end, "step": step}
             try:
                 series = metrics.query_range(signal, start=begin, end=end, step_seconds=step, labels=labels, by=by)
-            except BackendError as exc:
-                data["error"] = str(exc)
+            except Exception as exc:  # noqa: BLE001 - a chart that cannot be drawn never hides the outcome
+                data["error"] = str(exc) if isinstance(exc, RunbookError) else f"{type(exc).__name__}: {exc}"
                 series = []
             data["series"] = [{"labels": dict(s.labels), "points": [[t, v] for t, v in s.points]} for s in series]
             self._record(ev.EVIDENCE, end, data=data)
@@ -287,106 +355,220 @@ class Engine:
 
     def _remediate(self, playbook: Playbook, step: Step, action: str, ctx: StepContext, params: Any,
                    context: dict[str, Any], actions: list[AppliedAction]) -> StepOutcome:
+        """Plan, guard, lock, re-check, dry-run, confirm and apply one change, exactly as planned.
+
+        The apply is conditional on the plan's baseline; when the target moved under it (`StalePlan`)
+        the change is planned again and every guard re-run, at most `REPLANS` times. Guards that
+        read history run under the target's lock, and a lock lost on the way aborts the change.
+        """
         now, kind = ctx.now, "remediation"
         guard = step.guard or Guard()
+        spec = self.registry.get(action)
 
         def refuse(guard_name: str, reason: str, plan: Plan | None = None) -> StepOutcome:
-            self._record(ev.GUARD_REFUSED, now, step=step.id, data={
+            self._record(ev.GUARD_REFUSED, self.clock.now(), step=step.id, data={
                 "guard": guard_name, "reason": reason, "action": action,
                 "target": plan.target if plan else None})
             return self._end(step, kind, "refused", f"guard {guard_name}: {reason}",
                              {"guard": guard_name, "reason": reason}, now, guard=guard_name)
 
+        def make_plan(because: str | None = None) -> Plan | StepOutcome:
+            """A plan from a fresh read, journaled; or the step's end when none can be made."""
+            try:
+                plan = spec.func(dataclasses.replace(ctx, now=self.clock.now()), params)  # type: ignore[union-attr]
+            except BackendUnavailable as exc:
+                return refuse("blind", f"cannot see the target to plan the change: {exc}")
+            except RunbookError as exc:
+                return self._end(step, kind, "failed", f"planning failed: {exc}", {"error": type(exc).__name__}, now)
+            except Exception as exc:  # noqa: BLE001 - nothing was changed yet: a failed step, journaled
+                return self._end(step, kind, "failed", f"planning failed: {type(exc).__name__}: {exc}",
+                                 {"error": type(exc).__name__}, now)
+            data = {"action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
+                    "after": plan.after, "diff": plan.diff(), "reversible": plan.rollback is not None,
+                    "dry_run": self.dry_run}
+            if because:
+                data["replanned_because"] = because
+            self._record(ev.ACTION_PLANNED, self.clock.now(), step=step.id, data=data)
+            return plan
+
+        def view(plan: Plan) -> dict[str, Any]:
+            return {"target": plan.target, "before": plan.before, "after": plan.after, "applied": False}
+
+        def checked(plan: Plan) -> StepOutcome | list[guards.Verdict]:
+            """The guards that read only the plan (and the namespace allow-list): the verdicts, or the refusal."""
+            if plan.noop and plan.refusal is None:
+                self._record(ev.ACTION_SKIPPED, self.clock.now(), step=step.id,
+                             data={"reason": "already in the desired state", "target": plan.target})
+                return self._end(step, kind, "ok", f"{plan.target} already as wanted: {plan.summary}", view(plan), now)
+            if plan.namespace is not None:
+                try:
+                    namespaces.check_namespace(plan.namespace, self._allowed_namespaces, source=f"step {step.id}")
+                except Refused as exc:
+                    return refuse(exc.guard, exc.reason, plan)
+            verdicts = guards.plan_guards(plan, guard)
+            refused = next((v for v in verdicts if not v.allowed), None)
+            return refuse(refused.guard, refused.reason, plan) if refused is not None else verdicts
+
         switched_off = self.kill_switch()
         if switched_off:
             return refuse("kill_switch", switched_off)
-        spec = self.registry.get(action)
+        plan = make_plan()
+        if isinstance(plan, StepOutcome):
+            return plan
+        first = checked(plan)
+        if isinstance(first, StepOutcome):
+            return first
+        locking = guard.lock and not self.dry_run
         try:
-            plan: Plan = spec.func(ctx, params)  # type: ignore[union-attr]
-        except BackendUnavailable as exc:
-            return refuse("blind", f"cannot see the target to plan the change: {exc}")
-        except RunbookError as exc:
-            return self._end(step, kind, "failed", f"planning failed: {exc}", {"error": type(exc).__name__}, now)
-        plan_data = {"action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
-                     "after": plan.after, "diff": plan.diff(), "reversible": plan.rollback is not None,
-                     "dry_run": self.dry_run}
-        self._record(ev.ACTION_PLANNED, now, step=step.id, data=plan_data)
-        result_view = {"target": plan.target, "before": plan.before, "after": plan.after, "applied": False}
-        if plan.noop and plan.refusal is None:
-            self._record(ev.ACTION_SKIPPED, now, step=step.id, data={"reason": "already in the desired state",
-                                                                     "target": plan.target})
-            return self._end(step, kind, "ok", f"{plan.target} already as wanted: {plan.summary}", result_view, now)
+            lock = self.locks.hold(plan.target, holder=f"{self.holder} incident {self.journal.incident}") \
+                if locking else _null_lock()
+            with lock as held:
+                confirmed_diff: list[str] | None = None
+                by, because = "", ""
+                verdicts = first
+                for attempt in range(REPLANS + 1):
+                    if attempt:
+                        replanned = make_plan(because)
+                        if isinstance(replanned, StepOutcome):
+                            return replanned
+                        if replanned.target != plan.target:
+                            return refuse("stale_plan", f"the change now targets {replanned.target}, not "
+                                                        f"{plan.target} whose lock is held; re-run", replanned)
+                        plan = replanned
+                        verdicts = checked(plan)
+                        if isinstance(verdicts, StepOutcome):
+                            return verdicts
+                    outcome = self._guard_and_apply(playbook, step, action, plan, guard, context, actions, verdicts,
+                                                    held, locking, refuse, view, confirmed_diff, by, now)
+                    if isinstance(outcome, StepOutcome):
+                        return outcome
+                    because, confirmed_diff, by = outcome
+                return refuse("stale_plan", f"{plan.target} kept changing while the change was being made "
+                                            f"({REPLANS + 1} plans, the last: {because}); nothing was applied",
+                              plan)
+        except Refused as exc:
+            return refuse(exc.guard, exc.reason, plan)
+
+    def _guard_and_apply(self, playbook: Playbook, step: Step, action: str, plan: Plan, guard: Guard,
+                         context: dict[str, Any], actions: list[AppliedAction], verdicts: list[guards.Verdict],
+                         held: Any, locking: bool, refuse: Callable[..., StepOutcome],
+                         view: Callable[[Plan], dict[str, Any]], confirmed_diff: list[str] | None, by: str,
+                         now: dt.datetime) -> StepOutcome | tuple[str, list[str] | None, str]:
+        """One try under the lock: history guards, re-check, dry run, confirm, apply.
+
+        Returns the step's end, or (why the plan went stale, the diff confirmed so far, by whom).
+        """
+        kind = "remediation"
+        at = self.clock.now()
 
         def applications(which: str | None, since: dt.datetime) -> list[dt.datetime]:
             return self.history.applications(plan.target, since=since, action=which)
 
-        verdicts = guards.hard_guards(plan, guard, action=action, now=now, applications=applications)
-        refused = next((v for v in verdicts if not v.allowed), None)
+        try:
+            later = guards.history_guards(plan, guard, action=action, now=at, applications=applications)
+        except BackendError as exc:
+            return refuse("history", f"cannot read what was applied to {plan.target} before ({exc}); refusing "
+                                     "to act without the cooldown and budget", plan)
+        refused = next((v for v in later if not v.allowed), None)
         if refused is not None:
             return refuse(refused.guard, refused.reason, plan)
+        passed = [{"guard": v.guard, "reason": v.reason} for v in [*verdicts, *later]]
+        if locking:
+            passed.append({"guard": "lock", "reason": f"holding the lock on {plan.target}"})
+        recheck = self._recheck(playbook, guard, context)
+        if recheck is not None and not recheck[0]:
+            if recheck[1] == "cleared":
+                self._record(ev.ACTION_SKIPPED, self.clock.now(), step=step.id,
+                             data={"reason": recheck[2], "target": plan.target})
+                return self._end(step, kind, "skipped", recheck[2], view(plan), now)
+            return refuse("recheck", recheck[2], plan)
+        if recheck is not None:
+            passed.append({"guard": "recheck", "reason": recheck[2]})
         try:
-            lock = self.locks.hold(plan.target, holder=f"{self.holder} incident {self.journal.incident}") \
-                if guard.lock and not self.dry_run else _null_lock()
-            with lock:
-                passed = [{"guard": v.guard, "reason": v.reason} for v in verdicts]
-                if guard.lock and not self.dry_run:
-                    passed.append({"guard": "lock", "reason": f"holding the lock on {plan.target}"})
-                recheck = self._recheck(playbook, guard, context)
-                if recheck is not None and not recheck[0]:
-                    if recheck[1] == "cleared":
-                        self._record(ev.ACTION_SKIPPED, now, step=step.id,
-                                     data={"reason": recheck[2], "target": plan.target})
-                        return self._end(step, kind, "skipped", recheck[2], result_view, now)
-                    return refuse("recheck", recheck[2], plan)
-                if recheck is not None:
-                    passed.append({"guard": "recheck", "reason": recheck[2]})
-                try:
-                    plan.apply(True)  # server-side dry run: the change is valid as planned
-                except Refused:
-                    raise  # e.g. a PodDisruptionBudget said no: a guard refusal, not a failure
-                except BackendUnavailable as exc:
-                    return refuse("blind", f"the dry run of the change could not reach the target: {exc}", plan)
-                except RunbookError as exc:
-                    return self._end(step, kind, "failed", f"the dry run of the change failed: {exc}",
-                                     result_view, now)
-                if plan.server_dry_run:
-                    passed.append({"guard": "dry_run", "reason": "the change was accepted in a dry run against the target"})
-                self._record(ev.GUARD_PASSED, now, step=step.id, data={"guards": passed, "target": plan.target})
-                if self.dry_run:
-                    actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, "", False))
-                    return self._end(step, kind, "would_change", f"would {plan.summary}", result_view, now)
-                by = ""
-                if guard.confirm:
-                    answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,
-                                                                  plan.summary, tuple(plan.diff())))
-                    if isinstance(answer, Proposed):
-                        self._record(ACTION_PROPOSED, self.clock.now(), step=step.id,
-                                     data={**plan_data, "by": answer.by, "reason": answer.reason})
-                        return self._end(step, kind, "proposed", f"proposed: {plan.summary} ({answer.reason})",
-                                         result_view, now)
-                    if not answer.approved:
-                        return refuse("confirm", f"{answer.reason} (asked {answer.by})", plan)
-                    by = answer.by
-                    self._record(ev.ACTION_CONFIRMED, self.clock.now(), step=step.id,
-                                 data={"by": by, "how": answer.reason or "prompt", "target": plan.target})
-                else:
-                    by = "policy (confirm: false)"
-                applied_at = self.clock.now()
-                try:
-                    outcome = plan.apply(False)
-                except BackendError as exc:
-                    self._record(ev.ACTION_FAILED, applied_at, step=step.id,
-                                 data={"action": action, "target": plan.target, "error": str(exc)})
-                    return self._end(step, kind, "failed", f"applying failed: {exc}", result_view, now)
-                self._record(ev.ACTION_APPLIED, applied_at, step=step.id, data={
-                    "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
-                    "after": plan.after, "by": by, "result": outcome})
-                actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True,
-                                             plan.rollback))
-                return self._end(step, kind, "changed", plan.summary, {**result_view, "applied": True,
-                                                                       "outcome": outcome}, now)
-        except Refused as exc:
-            return refuse(exc.guard, exc.reason, plan)
+            plan.apply(True)  # server-side dry run: the change is valid as planned
+        except StalePlan as exc:
+            return str(exc), confirmed_diff, by
+        except Refused:
+            raise  # e.g. a PodDisruptionBudget said no: a guard refusal, not a failure
+        except BackendUnavailable as exc:
+            return refuse("blind", f"the dry run of the change could not reach the target: {exc}", plan)
+        except RunbookError as exc:
+            return self._end(step, kind, "failed", f"the dry run of the change failed: {exc}", view(plan), now)
+        except Exception as exc:  # noqa: BLE001 - a dry run changes nothing: a failed step, journaled
+            return self._end(step, kind, "failed", f"the dry run of the change failed: {type(exc).__name__}: {exc}",
+                             view(plan), now)
+        if plan.server_dry_run:
+            passed.append({"guard": "dry_run", "reason": "the change was accepted in a dry run against the target"})
+        self._record(ev.GUARD_PASSED, self.clock.now(), step=step.id, data={"guards": passed, "target": plan.target})
+        if self.dry_run:
+            actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, "", False))
+            return self._end(step, kind, "would_change", f"would {plan.summary}", view(plan), now)
+        diff = plan.diff()
+        if not guard.confirm:
+            by = "policy (confirm: false)"
+        elif diff != confirmed_diff:
+            # Asked again when a re-plan changed what would be done: the answer was to another diff.
+            answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,
+                                                          plan.summary, tuple(diff)))
+            if isinstance(answer, Proposed):
+                self._record(ACTION_PROPOSED, self.clock.now(), step=step.id,
+                             data={"action": action, "target": plan.target, "summary": plan.summary,
+                                   "before": plan.before, "after": plan.after, "diff": diff,
+                                   "reversible": plan.rollback is not None, "dry_run": self.dry_run,
+                                   "by": answer.by, "reason": answer.reason})
+                return self._end(step, kind, "proposed", f"proposed: {plan.summary} ({answer.reason})", view(plan), now)
+            if not answer.approved:
+                return refuse("confirm", f"{answer.reason} (asked {answer.by})", plan)
+            by, confirmed_diff = answer.by, diff
+            self._record(ev.ACTION_CONFIRMED, self.clock.now(), step=step.id,
+                         data={"by": by, "how": answer.reason or "prompt", "target": plan.target})
+        stop = self.interrupted()
+        if stop:
+            return refuse("interrupted", f"{stop}; {plan.summary} was not applied", plan)
+        lost = held.lost() if held is not None else None
+        if lost:
+            return refuse("lock", f"{lost}; {plan.summary} was not applied", plan)
+        applied_at = self.clock.now()
+        try:
+            result = plan.apply(False)
+        except StalePlan as exc:
+            return str(exc), confirmed_diff, by
+        except Refused:
+            raise
+        except NOT_APPLIED as exc:
+            self._record(ev.ACTION_FAILED, applied_at, step=step.id,
+                         data={"action": action, "target": plan.target, "error": str(exc)})
+            return self._end(step, kind, "failed", f"applying failed: {exc}", view(plan), now)
+        except Exception as exc:  # noqa: BLE001 - the change may have been made: count it, try to undo it
+            error = str(exc) if isinstance(exc, RunbookError) else f"{type(exc).__name__}: {exc}"
+            self._record(ev.ACTION_UNKNOWN, applied_at, step=step.id, data={
+                "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
+                "after": plan.after, "by": by, "error": error,
+                "why": "the apply raised after it may have changed the target; counted as applied"})
+            self._remember_application(plan.target, action, applied_at)
+            unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback)
+            actions.append(unknown)
+            self._rollback_actions(step.id, actions, only=unknown)
+            return self._end(step, kind, "failed", f"applying may have failed: {error}",
+                             {**view(plan), "outcome_unknown": True}, now)
+        self._record(ev.ACTION_APPLIED, applied_at, step=step.id, data={
+            "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
+            "after": plan.after, "by": by, "result": result})
+        self._remember_application(plan.target, action, applied_at)
+        actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback))
+        return self._end(step, kind, "changed", plan.summary, {**view(plan), "applied": True, "outcome": result}, now)
+
+    def _remember_application(self, target: str, action: str, at: dt.datetime) -> None:
+        """Tell a shared history (a cluster-wide record) of the change, so every runbook's cooldown sees it."""
+        record = getattr(self.history, "record_applied", None)
+        if record is None:
+            return
+        try:
+            record(target=target, action=action, at=at, incident=self.journal.incident)
+        except BackendError as exc:
+            self._record(ev.NOTE, self.clock.now(), data={
+                "message": f"could not record the change to {target} where other runbook instances see it: {exc}; "
+                           "their cooldowns will not count it"})
 
     def _recheck(self, playbook: Playbook, guard: Guard, context: dict[str, Any]) -> tuple[bool, str, str] | None:
         """(holds, kind, why) for the playbook's detect condition, or None when there is none."""
@@ -412,7 +594,16 @@ class Engine:
     # -- failure handling ------------------------------------------------------------------
 
     def _rollback(self, step: Step, actions: list[AppliedAction]) -> None:
-        for applied in reversed([a for a in actions if a.applied]):
+        self._rollback_actions(step.id, actions)
+
+    def _rollback_actions(self, because: str, actions: list[AppliedAction], *,
+                          only: AppliedAction | None = None) -> None:
+        """Undo applied changes, newest first, each once; each result journaled."""
+        for index in reversed(range(len(actions))):
+            applied = actions[index]
+            if not applied.applied or applied.rolled_back or (only is not None and applied is not only):
+                continue
+            actions[index] = dataclasses.replace(applied, rolled_back=True)
             now = self.clock.now()
             if applied.rollback is None:
                 self._record(ev.NOTE, now, step=applied.step,
@@ -420,13 +611,14 @@ class Engine:
                 continue
             try:
                 restored = applied.rollback()
-            except RunbookError as exc:
+            except Exception as exc:  # noqa: BLE001 - every rollback outcome is journaled, none raises
+                error = str(exc) if isinstance(exc, RunbookError) else f"{type(exc).__name__}: {exc}"
                 self._record(ev.ROLLBACK_FAILED, now, step=applied.step,
-                             data={"action": applied.action, "target": applied.target, "error": str(exc)})
+                             data={"action": applied.action, "target": applied.target, "error": error})
                 continue
             self._record(ev.ROLLBACK_APPLIED, now, step=applied.step, data={
                 "action": applied.action, "target": applied.target, "restored": applied.before,
-                "from": applied.after, "result": restored, "because": step.id})
+                "from": applied.after, "result": restored, "because": because})
 
     def _escalate(self, step: Step, reason: str) -> None:
         self._record(ev.ESCALATED, self.clock.now(), step=step.id, data={"reason": reason})
@@ -434,7 +626,7 @@ class Engine:
 
 class _null_lock:
     def __enter__(self) -> None:
-        return None
+        return None  # no lock in hand: nothing to lose
 
     def __exit__(self, *exc: object) -> None:
         return None

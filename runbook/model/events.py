@@ -23,6 +23,7 @@ ACTION_PROPOSED = "action.proposed"  # left to a human by an unattended policy
 ACTION_APPLIED = "action.applied"
 ACTION_SKIPPED = "action.skipped"
 ACTION_FAILED = "action.failed"
+ACTION_UNKNOWN = "action.unknown"  # the apply raised after it may have changed the target: counted as applied
 VERIFY_PASSED = "verify.passed"
 VERIFY_FAILED = "verify.failed"
 ROLLBACK_APPLIED = "rollback.applied"
