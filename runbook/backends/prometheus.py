@@ -76,10 +76,15 @@ class PrometheusMetrics:
         params = {"time": f"{_utc(at).timestamp():.3f}", "timeout": promql.prom_duration(self.section.timeout)}
         rows = self._call(lambda: self._client.custom_query(query=expr, params=params), expr, what)
         samples = []
-        for row in rows:
-            value = float(row["value"][1])
+        for row in _rows(rows, self.url, what):
+            try:
+                value = float(row["value"][1])
+                labels = _labels(row)
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+                raise BackendError(f"Prometheus at {self.url} answered {what} with a malformed sample "
+                                   f"{str(row)[:200]}") from None
             if not math.isnan(value):  # NaN is "no value" (a quantile of no requests), not a reading
-                samples.append(Sample(labels=_labels(row), value=value))
+                samples.append(Sample(labels=labels, value=value))
         return samples
 
     def query_range_promql(self, expr: str, *, start: dt.datetime, end: dt.datetime, step_seconds: float,
@@ -98,11 +103,16 @@ class PrometheusMetrics:
                                                                   step=f"{step_seconds:g}", params=params),
                           expr, what)
         out = []
-        for row in rows:
-            pts = tuple((dt.datetime.fromtimestamp(float(t), dt.timezone.utc), float(v))
-                        for t, v in row.get("values", []) if not math.isnan(float(v)))
+        for row in _rows(rows, self.url, what):
+            try:
+                pts = tuple((dt.datetime.fromtimestamp(float(t), dt.timezone.utc), float(v))
+                            for t, v in row.get("values", []) if not math.isnan(float(v)))
+                labels = _labels(row)
+            except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, OSError):
+                raise BackendError(f"Prometheus at {self.url} answered {what} with a malformed series "
+                                   f"{str(row)[:200]}") from None
             if pts:
-                out.append(Series(labels=_labels(row), points=pts))
+                out.append(Series(labels=labels, points=pts))
         return out
 
     def close(self) -> None:
@@ -161,8 +171,15 @@ class PrometheusMetrics:
         return BackendError(f"{where} answered HTTP {status or '?'}: {message}")
 
 
+def _rows(rows: Any, url: str, what: str) -> list[Mapping[str, Any]]:
+    """The result rows, each an object; anything else is a malformed answer, named as such."""
+    if not isinstance(rows, list) or not all(isinstance(row, Mapping) for row in rows):
+        raise BackendError(f"Prometheus at {url} answered {what} with a malformed result {str(rows)[:200]}")
+    return rows
+
+
 def _labels(row: Mapping[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in (row.get("metric") or {}).items() if k != "__name__"}
+    return {str(k): str(v) for k, v in (row.get("metric") or {}).items() if k != "__name__"}
 
 
 def _server_message(body_repr: str) -> str:
