@@ -16,12 +16,10 @@ from runbook.engine.operator import AssumeYes
 from tests.realstack import timeline
 from tests.realstack.harness import run_in_process
 
-FINDING_3 = ("finding 3: the run's end queries Prometheus for the kill's signal `KILL` (a Unix signal), "
-             "raises InvalidInput, no run.finished")
 NODE_LOCK = ("the node.kill_pids lock target node/gpu-node-2/pids is taken as a Lease in namespace `node` "
              "(locks_kubernetes._namespace reads the first segment), which RBAC forbids: guard.refused lock "
-             "at kill-holders where the drill applies; then " + FINDING_3)
-KNOWN = {"oom-surge": FINDING_3, "lingering-cuda-context": NODE_LOCK}
+             "at kill-holders where the drill applies")
+KNOWN = {"lingering-cuda-context": NODE_LOCK}
 
 
 def story(events) -> list[tuple[str, str | None]]:

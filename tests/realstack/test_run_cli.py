@@ -51,8 +51,6 @@ def wall_prometheus(played, tmp_path_factory):
     server.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="finding 3: the run's end queries Prometheus for the kill's signal `KILL`, "
-                                       "raises, and `runbook run` exits 3 without run.finished")
 def test_runbook_run_oom_surge_yes_on_the_real_stack(played, stack, wall_prometheus, laid_out, tmp_path):
     server, start = wall_prometheus
     drill = played["oom-surge"]
