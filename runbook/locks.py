@@ -30,8 +30,10 @@ class HeldLock:
 
 
 class Locks(Protocol):
-    def hold(self, target: str, *, holder: str) -> contextlib.AbstractContextManager[HeldLock]:
+    def hold(self, target: str, *, holder: str, namespace: str | None = None) -> contextlib.AbstractContextManager[HeldLock]:
         """Hold the target's lock for the block, or raise Refused naming the current holder.
+
+        `namespace`: the Kubernetes namespace the change is in, where a cluster-wide lock may live.
 
         The engine asks the `HeldLock` just before it changes anything: a lost lock aborts the change.
         """
@@ -48,7 +50,7 @@ class LocalLocks:
         self.root = Path(state) / "locks"
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
+    def hold(self, target: str, *, holder: str, namespace: str | None = None) -> Iterator[HeldLock]:
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / _lock_name(target)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -85,7 +87,7 @@ class MemoryLocks:
         self.held: dict[str, str] = dict(held_by or {})
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
+    def hold(self, target: str, *, holder: str, namespace: str | None = None) -> Iterator[HeldLock]:
         if target in self.held:
             raise Refused("lock", f"{target} is locked by {self.held[target]}; wait for that run to finish")
         self.held[target] = holder

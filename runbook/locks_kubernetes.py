@@ -50,18 +50,20 @@ class LeaseLocks:
         self.skew = skew_seconds  # how far another machine's clock may be off before its Lease counts as expired
         self.now = now
 
-    def _namespace(self, target: str) -> str:
+    def _namespace(self, target: str, given: str | None = None) -> str:
         if self.namespace:
             return self.namespace
+        if given:
+            return given  # the namespace the change is made in (a node's serving pods, say)
         first = target.split("/", 1)[0]
-        if not _LABEL.match(first):
+        if not _LABEL.match(first) or first == "node":
             raise Refused("lock", f"cannot tell which namespace holds the lock for {target}; set "
                                   "kubernetes.lock_namespace in the config file")
         return first
 
     @contextlib.contextmanager
-    def hold(self, target: str, *, holder: str) -> Iterator[HeldLock]:
-        namespace, name = self._namespace(target), lease_name(target)
+    def hold(self, target: str, *, holder: str, namespace: str | None = None) -> Iterator[HeldLock]:
+        namespace, name = self._namespace(target, namespace), lease_name(target)
         identity = f"{holder} ({socket.gethostname()} pid {os.getpid()} {secrets.token_hex(3)})"
         try:
             lease = self._acquire(namespace, name, target, identity)

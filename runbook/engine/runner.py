@@ -420,8 +420,8 @@ class Engine:
             return first
         locking = guard.lock and not self.dry_run
         try:
-            lock = self.locks.hold(plan.target, holder=f"{self.holder} incident {self.journal.incident}") \
-                if locking else _null_lock()
+            lock = self.locks.hold(plan.target, holder=f"{self.holder} incident {self.journal.incident}",
+                                   namespace=plan.namespace) if locking else _null_lock()
             with lock as held:
                 confirmed_diff: list[str] | None = None
                 by, because = "", ""

@@ -6,7 +6,6 @@ Whatever an action or a backend raises, before or after a change, the journal en
 
 from __future__ import annotations
 
-import pydantic
 import pytest
 
 from runbook.actions import fields
