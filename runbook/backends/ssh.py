@@ -1,6 +1,7 @@
 """The `Nodes` backend over SSH (paramiko): commands on GPU hosts named in the config's inventory.
 
-Strict host keys, no agent forwarding, every wait bounded, one connection per host; paramiko loads on first use.
+Strict host keys, no agent forwarding, one connection per host; paramiko loads on first use. Each command
+has one deadline over every phase, the connect included; a connection that ran into one is never reused.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook.backends.base import Cluster, CommandResult
+from runbook.backends.ssh_deadline import Deadline, DeadlinePassed
 from runbook.backends.ssh_inventory import HostEntry, Inventory, NodesSection, Target, Timeouts
 from runbook.config import Config
-from runbook.errors import InvalidInput
+from runbook.errors import BackendUnavailable, InvalidInput
 
 if TYPE_CHECKING:
     from runbook.backends.ssh_session import Connection, Options
@@ -69,39 +71,67 @@ class SshNodes:
         """Where `node` is reached (raises InvalidInput for a node outside the inventory)."""
         return self.inventory.resolve(node)
 
-    def _connection(self, target: Target, opts: Options) -> Connection:
+    def _connection(self, target: Target, opts: Options, deadline: Deadline) -> Connection:
         from runbook.backends.ssh_session import open_connection
 
         with self._lock:
             gate = self._connecting.setdefault(target.key, threading.Lock())
-        with gate:  # one handshake per host, even when steps run side by side
+        # one handshake per host, even when steps run side by side; the others wait for it, within their deadline
+        deadline.phase("wait for another command's SSH handshake")
+        if not gate.acquire(timeout=deadline.left()):
+            raise BackendUnavailable(f"ssh {target.node}: another command's SSH handshake with it did not finish "
+                                     f"within this command's deadline ({deadline.seconds:g}s); not started")
+        try:
             with self._lock:
                 conn = self._connections.get(target.key)
             if conn is not None and not conn.alive:
-                conn.close()
+                self._discard(target.key, conn)
                 conn = None
             if conn is None:
-                conn = open_connection(target, opts)
+                conn = open_connection(target, opts, deadline)
                 with self._lock:
                     self._connections[target.key] = conn
             return conn
+        finally:
+            gate.release()
+
+    def _discard(self, key: tuple, conn: Connection) -> None:
+        with self._lock:
+            if self._connections.get(key) is conn:
+                del self._connections[key]
+        conn.close()
 
     def run(self, node: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        from runbook.backends.ssh_session import StaleConnection, check_argv, execute
+        from runbook.backends.ssh_session import check_argv, deadline_seconds, shown_command
 
         argv = check_argv(argv)
         if not timeout > 0:
             raise InvalidInput(f"a command timeout must be positive, not {timeout!r}")
         target = self.resolve(node)
         opts = self._options()
-        conn = self._connection(target, opts)
+        with Deadline(node, deadline_seconds(timeout, opts), command=shown_command(argv)) as deadline:
+            return self._run(target, argv, timeout, opts, deadline)
+
+    def _run(self, target: Target, argv: list[str], timeout: float, opts: Options, deadline: Deadline) -> CommandResult:
+        from runbook.backends.ssh_session import StaleConnection, execute
+
+        conn = self._connection(target, opts, deadline)
         try:
-            return execute(conn, argv, timeout=timeout, opts=opts)
+            return execute(conn, argv, timeout=timeout, opts=opts, deadline=deadline)
+        except DeadlinePassed:
+            self._discard(target.key, conn)  # closed already by the watchdog; out of the cache too
+            raise
         except StaleConnection:
             if conn.alive:
                 raise  # the server refused a session on a working connection: reconnecting changes nothing
-            # nothing ran: the connection died since its last use; one fresh try
-            return execute(self._connection(target, opts), argv, timeout=timeout, opts=opts)
+            # nothing ran: the connection died since its last use; one fresh try, within the same deadline
+            self._discard(target.key, conn)
+        conn = self._connection(target, opts, deadline)
+        try:
+            return execute(conn, argv, timeout=timeout, opts=opts, deadline=deadline)
+        except DeadlinePassed:
+            self._discard(target.key, conn)
+            raise
 
     def close(self) -> None:
         with self._lock:

@@ -1,6 +1,7 @@
 """paramiko at work: connecting through jump hosts with strict host keys, and running one command.
 
-Imported on the first node command only; every paramiko and socket error leaves as a `runbook.errors` one.
+Imported on the first node command only; every paramiko and socket error leaves as a `runbook.errors` one,
+and every phase of a command, the connect included, ends by the command's one `Deadline`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from runbook.backends.base import CommandResult
+from runbook.backends.ssh_deadline import Deadline, DeadlinePassed
 from runbook.backends.ssh_inventory import Hop, Target, Timeouts
 from runbook.errors import BackendUnavailable, CommandFailed, InvalidInput, RunbookError
 
@@ -48,12 +50,11 @@ class StaleConnection(BackendUnavailable):
     """No session could be opened on a cached connection: nothing ran, so reconnecting is safe."""
 
 
-class CommandTimedOut(BackendUnavailable):
+class CommandTimedOut(DeadlinePassed):
     """The command passed its deadline and was ended; what it printed until then is kept."""
 
-    def __init__(self, message: str, stdout: str = "", stderr: str = ""):
-        super().__init__(message)
-        self.stdout, self.stderr = stdout, stderr
+    def __init__(self, message: str, stdout: str = "", stderr: str = "", *, phase: str = "output"):
+        super().__init__(message, phase=phase, stdout=stdout, stderr=stderr)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +128,8 @@ class Connection:
     @property
     def transport(self) -> paramiko.Transport:
         transport = self.clients[-1].get_transport()
-        assert transport is not None
+        if transport is None:
+            raise paramiko.SSHException("the connection is closed")
         return transport
 
     @property
@@ -136,13 +138,56 @@ class Connection:
 
     def close(self) -> None:
         for client in reversed(self.clients):
-            client.close()
+            _abort(client)
 
 
-def _connect_hop(hop: Hop, sock: paramiko.Channel | None, via: Hop | None, opts: Options) -> paramiko.SSHClient:
+def _abort(client: paramiko.SSHClient) -> None:
+    """Close a client from any thread, even mid-handshake: a transport not started yet ignores close(),
+    so its socket is closed too, and every paramiko wait on it ends."""
+    transport = client.get_transport()
+    client.close()
+    if transport is not None:
+        try:
+            transport.sock.close()
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+
+
+def _connect_phase(client: paramiko.SSHClient, hop: Hop, jump: bool) -> str:
+    """Which part of the handshake a client is in, for the message when the deadline passes there."""
+    transport = client.get_transport()
+    if transport is None:
+        phase = "TCP connect"
+    elif not transport.remote_version:
+        phase = "SSH banner"
+    elif not transport.initial_kex_done:
+        phase = "key exchange"
+    elif not transport.is_authenticated():
+        phase = "authentication"
+    else:
+        phase = "connect"
+    return f"{phase} with jump host {hop.label}" if jump else phase
+
+
+def _connect_hop(hop: Hop, sock: paramiko.Channel | None, via: Hop | None, opts: Options, deadline: Deadline,
+                 *, jump: bool) -> paramiko.SSHClient:
+    client = paramiko.SSHClient()
+    deadline.phase("connect", lambda: _connect_phase(client, hop, jump))
+    deadline.on_expiry(lambda: _abort(client))
+    try:
+        return _connect_client(client, hop, sock, via, opts, deadline)
+    except HostKeyRefused:
+        raise  # whatever the clock says, a refused host key is the news
+    except Exception:
+        if deadline.reached():  # what paramiko said once the watchdog closed the socket is noise
+            raise deadline.error() from None
+        raise
+
+
+def _connect_client(client: paramiko.SSHClient, hop: Hop, sock: paramiko.Channel | None, via: Hop | None,
+                    opts: Options, deadline: Deadline) -> paramiko.SSHClient:
     t = opts.timeouts
     where = f"{hop.label} ({hop.user}@{hop.host}:{hop.port}{f' via {via.label}' if via else ''})"
-    client = paramiko.SSHClient()
     try:
         for path in hop.known_hosts:
             try:
@@ -153,7 +198,8 @@ def _connect_hop(hop: Hop, sock: paramiko.Channel | None, via: Hop | None, opts:
         pkey = _load_key(hop, opts.allow_agent)
         client.connect(hop.host, hop.port, username=hop.user, pkey=pkey,
                        key_filename=None if hop.key_file_explicit else (list(hop.key_files) or None),
-                       timeout=t.connect, banner_timeout=t.banner, auth_timeout=t.auth, channel_timeout=t.channel,
+                       timeout=deadline.bounded(t.connect), banner_timeout=deadline.bounded(t.banner),
+                       auth_timeout=deadline.bounded(t.auth), channel_timeout=deadline.bounded(t.channel),
                        allow_agent=opts.allow_agent, look_for_keys=opts.allow_agent and not hop.key_files,
                        sock=sock)
     except RunbookError:
@@ -194,8 +240,9 @@ def _connect_hop(hop: Hop, sock: paramiko.Channel | None, via: Hop | None, opts:
     return client
 
 
-def open_connection(target: Target, opts: Options) -> Connection:
-    """Connect hop by hop; each jump host opens a direct-tcpip channel that carries the next hop."""
+def open_connection(target: Target, opts: Options, deadline: Deadline) -> Connection:
+    """Connect hop by hop, within the command's deadline; each jump host opens a direct-tcpip channel
+    that carries the next hop."""
     clients: list[paramiko.SSHClient] = []
     hops = [*target.jumps, target.hop]
     try:
@@ -204,13 +251,18 @@ def open_connection(target: Target, opts: Options) -> Connection:
             via = hops[i - 1] if i else None
             if clients:
                 transport = clients[-1].get_transport()
+                deadline.phase(f"channel open on jump host {via.label}")
                 try:
+                    if transport is None:
+                        raise paramiko.SSHException("the connection is closed")
                     sock = transport.open_channel("direct-tcpip", (hop.host, hop.port), ("127.0.0.1", 0),
-                                                  timeout=opts.timeouts.channel)
+                                                  timeout=deadline.bounded(opts.timeouts.channel))
                 except (paramiko.SSHException, OSError, EOFError) as exc:
+                    if deadline.reached():
+                        raise deadline.error() from None
                     raise BackendUnavailable(f"ssh {hop.label}: jump host {via.label} could not reach "
                                              f"{hop.host}:{hop.port}: {exc or type(exc).__name__}") from None
-            clients.append(_connect_hop(hop, sock, via, opts))
+            clients.append(_connect_hop(hop, sock, via, opts, deadline, jump=hop is not target.hop))
     except BaseException:
         for client in reversed(clients):
             client.close()
@@ -273,6 +325,8 @@ def _signal(chan: paramiko.Channel, name: str) -> None:
     paramiko has no public call for it; the message is built like its own `resize_pty` builds one.
     """
     try:
+        if not chan.transport.clear_to_send.is_set():
+            return  # mid key re-exchange a send would wait up to 30 s; the connection is closed next anyway
         m = Message()
         m.add_byte(cMSG_CHANNEL_REQUEST)
         m.add_int(chan.remote_chanid)
@@ -284,39 +338,64 @@ def _signal(chan: paramiko.Channel, name: str) -> None:
         pass
 
 
-def execute(conn: Connection, argv: Sequence[str], *, timeout: float, opts: Options) -> CommandResult:
+def shown_command(argv: Sequence[str]) -> str:
+    """argv as a shell would take it, cut to a length a message can carry."""
+    shown = shlex.join(argv)
+    return shown if len(shown) <= 200 else shown[:197] + "..."
+
+
+def deadline_seconds(timeout: float, opts: Options) -> float:
+    """The whole command's deadline: its timeout, plus the time the node's `timeout` needs to end it.
+
+    The node's own `timeout` ends the command; the margin covers a node that stopped answering.
+    """
+    return timeout + ((math.ceil(opts.timeouts.kill_after) + 3.0) if opts.remote_timeout else 0.0)
+
+
+def execute(conn: Connection, argv: Sequence[str], *, timeout: float, opts: Options,
+            deadline: Deadline) -> CommandResult:
     """Run argv on the connection's node; output capped per stream; ended at the deadline."""
     label = conn.target.node
-    shown = shlex.join(argv)
-    if len(shown) > 200:
-        shown = shown[:197] + "..."
-    line = command_line(argv, timeout=timeout, kill_after=opts.timeouts.kill_after, remote_timeout=opts.remote_timeout)
-    if not conn.channels.acquire(timeout=timeout):
-        raise BackendUnavailable(f"`{shown}` on {label}: {MAX_CHANNELS} commands already running there for "
-                                 f"{timeout:g}s; not started")
+    shown = shown_command(argv)
+    # waiting behind other commands is not a hang of this connection: nothing is closed for it
+    deadline.phase("wait for a free channel")
+    if not conn.channels.acquire(timeout=deadline.left()):
+        raise BackendUnavailable(f"`{shown}` on {label}: {MAX_CHANNELS} commands were running there until this "
+                                 f"one's deadline ({deadline.seconds:g}s); not started")
     try:
-        return _execute(conn, argv, line, shown, timeout=timeout, opts=opts)
+        # from here on, a deadline passed means this connection hangs: closed, so no command reuses it half-open
+        deadline.on_expiry(conn.close)
+        return _execute(conn, argv, shown, timeout=timeout, opts=opts, deadline=deadline)
     finally:
         conn.channels.release()
 
 
-def _execute(conn: Connection, argv: Sequence[str], line: str, shown: str, *, timeout: float,
-             opts: Options) -> CommandResult:
+def _execute(conn: Connection, argv: Sequence[str], shown: str, *, timeout: float, opts: Options,
+             deadline: Deadline) -> CommandResult:
     label = conn.target.node
-    started = time.monotonic()
-    # The node's own `timeout` ends the command; this later deadline covers a node that stopped answering.
-    grace = (math.ceil(opts.timeouts.kill_after) + 3.0) if opts.remote_timeout else 0.0
-    deadline = started + timeout + grace
+    grace = deadline_seconds(timeout, opts) - timeout
+    deadline.phase("channel open")
     try:
-        chan = conn.transport.open_session(timeout=opts.timeouts.channel)
+        chan = conn.transport.open_session(timeout=deadline.bounded(opts.timeouts.channel))
     except (paramiko.SSHException, OSError, EOFError) as exc:
+        if deadline.reached():
+            raise deadline.error() from None
         raise StaleConnection(f"{label}: cannot open an SSH session: {exc or type(exc).__name__}") from None
     out, err = _Capped(opts.max_output_bytes), _Capped(opts.max_output_bytes)
     # past this much output the command is a runaway: closing the channel ends it (SIGPIPE)
     drain_limit = 4 * opts.max_output_bytes
+    # what the connect left of the timeout: the node ends the command at the caller's deadline, not later
+    remote_seconds = max(1.0, deadline.left() - grace)
+    line = command_line(argv, timeout=remote_seconds, kill_after=opts.timeouts.kill_after,
+                        remote_timeout=opts.remote_timeout)
+    # the watchdog's last word to a command still running at the deadline, before the connection closes
+    deadline.on_expiry(lambda: _signal(chan, "KILL"), first=True)
     try:
-        chan.exec_command(line)
+        deadline.phase("exec request")
+        started = time.monotonic()
+        chan.exec_command(line)  # paramiko waits for the reply without a timeout: the watchdog ends that wait
         chan.shutdown_write()  # no stdin: a command that reads it gets EOF, not a hang
+        deadline.phase("output")
         while True:
             while chan.recv_ready() and out.received + err.received <= drain_limit:
                 out.add(chan.recv(CHUNK))
@@ -326,33 +405,52 @@ def _execute(conn: Connection, argv: Sequence[str], line: str, shown: str, *, ti
                 _signal(chan, "KILL")
                 return CommandResult(out.text(), err.text(), -1, truncated=True)
             if chan.eof_received and not chan.recv_ready() and not chan.recv_stderr_ready():
-                if chan.status_event.wait(max(0.0, deadline - time.monotonic())):
+                deadline.phase("exit status")
+                if chan.status_event.wait(deadline.left()):
                     break
             elif chan.closed:
                 break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                _signal(chan, "KILL")  # the node's `timeout` did not end it in time, or there is none
-                why = (f"nor was it ended on the node within {grace:g}s more (is the node answering?)"
-                       if opts.remote_timeout else "the channel was closed (remote_timeout is off: the command "
-                       "may still run, except for non-root logins, where sshd passes on SIGKILL)")
-                raise CommandTimedOut(f"`{shown}` on {label} did not finish within {timeout:g}s; {why}{_tail(err)}",
-                                      out.text(), err.text())
+            if deadline.reached():
+                break
+            left = deadline.left()
             if not (chan.recv_ready() or chan.recv_stderr_ready() or chan.eof_received):
                 select.select([chan], [], [], min(left, 1.0))
+        if deadline.reached():  # the watchdog closed the channel: whatever it holds now is no exit status
+            raise _timed_out(deadline, shown, timeout, grace, out, err, opts)
         code = chan.recv_exit_status()
+    except DeadlinePassed as exc:
+        if exc.phase in ("output", "exit status") and not isinstance(exc, CommandTimedOut):
+            raise _timed_out(deadline, shown, timeout, grace, out, err, opts) from None
+        raise
     except (paramiko.SSHException, OSError, EOFError) as exc:
+        if deadline.reached():
+            if deadline.passed_in in ("output", "exit status"):
+                raise _timed_out(deadline, shown, timeout, grace, out, err, opts) from None
+            raise deadline.error() from None
         raise BackendUnavailable(f"`{shown}` on {label}: the connection failed: {exc or type(exc).__name__}") from None
     finally:
         chan.close()
     elapsed = time.monotonic() - started
-    if opts.remote_timeout and code in TIMED_OUT and elapsed >= math.ceil(timeout) - 0.05:
+    if opts.remote_timeout and code in TIMED_OUT and elapsed >= math.ceil(remote_seconds) - 0.05:
         raise CommandTimedOut(f"`{shown}` on {label} did not finish within {timeout:g}s and was ended on the node "
                               f"({'SIGTERM' if code == 124 else 'SIGKILL'}){_tail(err)}", out.text(), err.text())
     if opts.remote_timeout and code == 127 and _NO_TIMEOUT.search(err.text()[:300]) and not out.received:
         raise CommandFailed(f"{label} has no `timeout` command (coreutils) to bound commands with; install it, "
                             f"or set nodes.remote_timeout: false")
     return CommandResult(out.text(), err.text(), code, truncated=out.truncated or err.truncated)
+
+
+def _timed_out(deadline: Deadline, shown: str, timeout: float, grace: float, out: _Capped, err: _Capped,
+               opts: Options) -> CommandTimedOut:
+    """The command ran into its deadline: it got SIGKILL (best effort) and the connection was closed."""
+    phase = deadline.passed_in or "output"
+    waited = "its exit status had not come" if phase == "exit status" else "its output had not ended"
+    why = (f"nor was it ended on the node within {grace:g}s more (is the node answering?)"
+           if opts.remote_timeout else "remote_timeout is off: the command may still run, except for non-root "
+           "logins, where sshd passes on SIGKILL")
+    return CommandTimedOut(f"`{shown}` on {deadline.node} did not finish within {timeout:g}s: {waited} (the "
+                           f"{phase} phase) at the command's deadline of {deadline.seconds:g}s, {why}; the connection "
+                           f"was closed{_tail(err)}", out.text(), err.text(), phase=phase)
 
 
 def _tail(err: _Capped) -> str:
