@@ -3,7 +3,8 @@
 Found at `--config`, else `$RUNBOOK_CONFIG`, else `./runbook.yaml`, else
 `$XDG_CONFIG_HOME/runbook/config.yaml` (`~/.config/runbook/config.yaml`); a path given
 explicitly must exist. Each owner validates its own section with `section_model`, so every
-problem is reported as `file:line:col` like a playbook's.
+problem is reported as `file:line:col` like a playbook's. `kubernetes.namespaces` (where runbook
+may act) is read here, not by the backend, and is not part of the section the backend sees.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import pydantic
 
@@ -22,6 +23,15 @@ SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook", "safety",
 CONFIG_ENV = "RUNBOOK_CONFIG"
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
+NAMESPACE_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class NamespacesSetting(pydantic.BaseModel):
+    """`kubernetes.namespaces`: the only namespaces a run may act in (default: the playbook's own)."""
+
+    model_config = pydantic.ConfigDict(extra="forbid")
+
+    namespaces: list[pydantic.constr(pattern=NAMESPACE_NAME)] | None = pydantic.Field(None, min_length=1)  # type: ignore[valid-type]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +39,28 @@ class Config:
     path: Path | None
     sections: Mapping[str, Any]
     positions: Any = None  # loading.yamlsource.Positions of the file, for error locations
+    # `kubernetes.namespaces` as written, taken out of `sections` so the backend's strict model never sees it
+    namespaces_setting: Any = None
+
+    def __post_init__(self) -> None:
+        kubernetes = self.sections.get("kubernetes")
+        if isinstance(kubernetes, Mapping) and "namespaces" in kubernetes:
+            rest = {k: v for k, v in kubernetes.items() if k != "namespaces"}
+            sections = {k: v for k, v in self.sections.items() if k != "kubernetes"}
+            if rest:  # the allow-list alone does not mean "connect to a cluster"
+                sections["kubernetes"] = rest
+            object.__setattr__(self, "namespaces_setting", kubernetes["namespaces"])
+            object.__setattr__(self, "sections", sections)
+
+    def namespaces(self) -> tuple[str, ...] | None:
+        """The configured namespace allow-list, or None (each playbook's own `namespace` param)."""
+        if self.namespaces_setting is None:
+            return None
+        try:
+            setting = NamespacesSetting.model_validate({"namespaces": self.namespaces_setting})
+        except pydantic.ValidationError as exc:
+            self._raise_located(exc, "kubernetes", NamespacesSetting)
+        return tuple(setting.namespaces or ())
 
     def section(self, name: str) -> dict[str, Any]:
         if name not in SECTIONS:
@@ -41,13 +73,16 @@ class Config:
         try:
             return model.model_validate(self.section(name))
         except pydantic.ValidationError as exc:
-            from runbook.loading.problems import problems_from_validation_error
+            self._raise_located(exc, name, model)
 
-            file = str(self.path) if self.path else "<no config file>"
-            problems = problems_from_validation_error(exc, file=file, positions=self.positions,
-                                                      base_path=(name,), model=model)
-            raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
-                               + "\n".join(p.format() for p in problems)) from None
+    def _raise_located(self, exc: pydantic.ValidationError, name: str, model: type[pydantic.BaseModel]) -> NoReturn:
+        from runbook.loading.problems import problems_from_validation_error
+
+        file = str(self.path) if self.path else "<no config file>"
+        problems = problems_from_validation_error(exc, file=file, positions=self.positions,
+                                                  base_path=(name,), model=model)
+        raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
+                           + "\n".join(p.format() for p in problems)) from None
 
 
 EMPTY = Config(None, {})
@@ -94,4 +129,6 @@ def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | Non
     if problems:
         raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
                            + "\n".join(p.format() for p in sorted(problems)))
-    return Config(path, dict(data), doc.positions)
+    config = Config(path, dict(data), doc.positions)
+    config.namespaces()  # a bad allow-list is reported now, located, not at the first run
+    return config

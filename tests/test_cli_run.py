@@ -31,7 +31,10 @@ def test_alert_labels_fill_params_through_match_and_flags_win(tmp_path):
          "annotations": {}, "fingerprint": "abc"}]}
     path = tmp_path / "alert.json"
     path.write_text(json.dumps(alert))
-    result = invoke("oom-surge", "--dry-run", "--alert", str(path), "-p", "scale_to=2", "--output", "json")
+    config = tmp_path / "runbook.yaml"  # `serving` is not the playbook's namespace: it must be allowed
+    config.write_text("kubernetes: {namespaces: [serving]}\n")
+    result = invoke("oom-surge", "--dry-run", "--alert", str(path), "-p", "scale_to=2", "--output", "json",
+                    "--config", str(config))
     events = read_journal(json.loads(result.stdout)["journal"]).events
     started = next(e for e in events if e.type == ev.RUN_STARTED)
     assert started.data["params"]["namespace"] == "serving" and started.data["params"]["scale_to"] == "2"

@@ -1,7 +1,9 @@
 """`runbook run PLAYBOOK`: run one playbook against the real backends, guarded and journaled.
 
 Params come from the playbook's defaults, then `--param k=v`; an alert file (Alertmanager v4 or
-a plain `{name, labels}` document) fills params through the playbook's `match.labels`.
+a plain `{name, labels}` document) fills params through the playbook's `match.labels`. Every value
+from outside is screened (`intake_values`) and the namespace checked against the allow-list before
+any backend is built: a bad one exits 3 (invalid) or 4 (refused) with the label or flag named.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from pathlib import Path
 import click
 
 from runbook.cli.options import connection_options, safety_options
+from runbook import intake_values
 from runbook.cli.output import output_option, print_json, stderr_console
 from runbook.errors import InvalidInput
 
@@ -24,6 +27,21 @@ def parse_params(pairs: tuple[str, ...], option: str = "--param") -> dict[str, s
             raise click.BadParameter(f"{pair!r} is not key=value", param_hint=option)
         params[key] = value
     return params
+
+
+def gather_params(book, alert, pairs: tuple[str, ...], namespace: str | None) -> tuple[dict[str, str], dict[str, str]]:
+    """(params from the alert, `-p` and --namespace, each screened; where each came from). Flags win."""
+    values: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    if alert is not None:
+        values, sources = intake_values.params_from_labels(book.match.labels, alert.labels)
+    for key, value in parse_params(pairs).items():
+        values[key] = intake_values.screen_param(key, value)
+        sources[key] = f"--param {key}"
+    if namespace:
+        values["namespace"] = intake_values.screen_option("--namespace", namespace)
+        sources["namespace"] = "--namespace"
+    return values, sources
 
 
 def resolve_playbook(name_or_path: str):
@@ -77,19 +95,18 @@ def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_p
     from runbook.cli.connect import Connection, close_world, real_world
     from runbook.cli.running import result_document, run_playbook
     from runbook.config import load_config
+    from runbook.engine.namespaces import check_run_namespace
 
     book = resolve_playbook(playbook)
+    config = load_config(config_path)
     alert = alert_from_file(alert_path) if alert_path else None
-    values: dict[str, str] = {}
-    if alert is not None:
-        values.update({param: alert.labels[label] for param, label in book.match.labels.items() if label in alert.labels})
-    values.update(parse_params(params))
-    if namespace:
-        values["namespace"] = namespace
-    world = real_world(load_config(config_path), Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
+    values, sources = gather_params(book, alert, params, namespace)
+    check_run_namespace(book.params, values, config.namespaces(), sources=sources)  # before any backend
+    world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
     try:
         result, journal = run_playbook(book, world, alert=alert, params=values, yes=yes, dry_run=dry_run,
-                                       operator_name=operator_name, live=output == "text")
+                                       operator_name=operator_name, live=output == "text",
+                                       namespaces=config.namespaces())
     finally:
         close_world(world)
     if output == "json":

@@ -5,7 +5,7 @@ Shared by `runbook run` and `runbook triage --run`, so both behave the same way.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from runbook import journal as journals
@@ -20,7 +20,8 @@ from runbook.registry import default_registry
 
 
 def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, params: Mapping[str, Any],
-                 yes: bool, dry_run: bool, operator_name: str | None, live: bool) -> tuple[RunResult, str]:
+                 yes: bool, dry_run: bool, operator_name: str | None, live: bool,
+                 namespaces: Collection[str] | None = None) -> tuple[RunResult, str]:
     """Run and journal it; returns the result and the journal's path."""
     from runbook.cli.live import LiveView
     from runbook.cli.output import stderr_console
@@ -38,7 +39,8 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
     engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
                     locks=locks_kubernetes.target_locks(world, state), history=journals.History(state), dry_run=dry_run,
-                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
+                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
+                    namespaces=namespaces)
     try:
         result = engine.run(playbook, alert=alert, params=params)
     finally:

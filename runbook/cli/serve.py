@@ -109,7 +109,7 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
     try:
         shared = make_coordination(coordination, world.cluster, namespace=coordination_namespace, replica=replica_id)
         service = Service(config=webhook, secrets=secrets, state=settings.state_dir(), world=world, playbooks=books,
-                          coordination=shared)
+                          coordination=shared, namespaces=config.namespaces())
         click.echo(f"runbook serve: {len(books)} playbook(s), state {settings.state_dir()}, "
                    f"coordination {describe_coordination(shared)}, http://{host}:{port} ({secrets!r})", err=True)
         uvicorn.run(create_app(service), host=host, port=port, log_level=log_level, lifespan="on")

@@ -172,12 +172,17 @@ def _run(playbook, document: dict[str, Any], config, params: dict[str, str], pro
          kubeconfig: str | None, kube_context: str | None, in_cluster: bool, yes: bool, dry_run: bool,
          operator_name: str | None, output: str) -> None:
     from runbook.cli import connect
+    from runbook.cli.run import gather_params
     from runbook.cli.running import result_document, run_playbook
+    from runbook.engine.namespaces import check_run_namespace
 
+    params, sources = gather_params(playbook, None, (), params.get("namespace"))  # screened, like `runbook run`
+    check_run_namespace(playbook.params, params, config.namespaces(), sources=sources)  # before the run's backends
     world = connect.real_world(config, connect.Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
     try:
         result, journal = run_playbook(playbook, world, alert=None, params=params, yes=yes, dry_run=dry_run,
-                                       operator_name=operator_name, live=output == "text")
+                                       operator_name=operator_name, live=output == "text",
+                                       namespaces=config.namespaces())
     finally:
         connect.close_world(world)
     if output == "json":

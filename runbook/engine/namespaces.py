@@ -37,3 +37,16 @@ def check_namespace(namespace: str, allowed: frozenset[str], *, source: str) -> 
     known = ", ".join(sorted(allowed)) or "none"
     raise Refused("namespace", f"namespace {namespace!r} (from {source}) is not one runbook may change "
                                f"(allowed: {known}); to allow it, add it to `kubernetes.namespaces` in the config file")
+
+
+def check_run_namespace(playbook_params: Mapping[str, Any], params: Mapping[str, Any],
+                        configured: Collection[str] | None, *, sources: Mapping[str, str]) -> None:
+    """Before a run starts: the namespace it will act in (its params, else the playbook's default) is allowed.
+
+    `sources` says where each param came from ("alert label namespace", "--param namespace"), for the message.
+    """
+    namespace = params.get("namespace", playbook_params.get("namespace"))
+    if namespace is None:
+        return
+    source = sources.get("namespace", "the playbook's default namespace param")
+    check_namespace(str(namespace), allowed_namespaces(playbook_params, configured), source=source)

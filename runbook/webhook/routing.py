@@ -1,21 +1,23 @@
 """Which playbook an inbound alert starts, and its params: config routes first, then `match`.
 
-Alert label values become params only if they look like names (Kubernetes label-value syntax):
-nothing from a payload reaches a selector, PromQL or a command line unchecked.
+Alert label values become params only through `intake_values`' screen (the one `runbook run` uses),
+and the namespace they name must be allowed (`kubernetes.namespaces`): nothing from a payload
+reaches a selector, PromQL, a command line or another namespace unchecked.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+from runbook import intake_values
+from runbook.engine import namespaces
+from runbook.errors import InvalidInput, Refused
 from runbook.model.playbook import Playbook
 from runbook.webhook.inbound import Inbound
 from runbook.webhook.settings import RouteRule
-
-SAFE_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,18 +27,14 @@ class Route:
     refused: str | None = None  # why the alert's values cannot become params
 
 
-def safe_value(value: str) -> bool:
-    return SAFE_VALUE.fullmatch(value) is not None
-
-
 class Router:
-    def __init__(self, playbooks: Sequence[Playbook], rules: Sequence[RouteRule] = ()):
+    def __init__(self, playbooks: Sequence[Playbook], rules: Sequence[RouteRule] = (),
+                 allowed_namespaces: Collection[str] | None = None):
         self.playbooks = {p.name: p for p in playbooks}
         self.rules = list(rules)
+        self.namespaces = allowed_namespaces  # kubernetes.namespaces; None: each playbook's own
         for rule in self.rules:
             if rule.playbook not in self.playbooks:
-                from runbook.errors import InvalidInput
-
                 raise InvalidInput(f"webhook.routes: no playbook named {rule.playbook!r} "
                                    f"(known: {', '.join(sorted(self.playbooks)) or 'none'})")
 
@@ -45,16 +43,14 @@ class Router:
         if book is None:
             return Route(None, {})
         params: dict[str, Any] = dict(extra)
-        labels = inbound.alert.labels
-        for param, label in book.match.labels.items():
-            if label not in labels:
-                continue
-            value = labels[label]
-            if not safe_value(value):
-                shown = value[:80].encode("unicode_escape").decode("ascii")
-                return Route(book, {}, refused=f"alert label {label}={shown!r} is not a safe value for param "
-                                               f"{param} (letters, digits, '-', '_', '.'; at most 63)")
-            params[param] = value
+        sources = {param: "the config's webhook.routes params" for param in extra}
+        try:
+            from_labels, label_sources = intake_values.params_from_labels(book.match.labels, inbound.alert.labels)
+            params.update(from_labels)
+            sources.update(label_sources)
+            namespaces.check_run_namespace(book.params, params, self.namespaces, sources=sources)
+        except (InvalidInput, Refused) as exc:
+            return Route(book, {}, refused=exc.reason if isinstance(exc, Refused) else str(exc))
         return Route(book, params)
 
     def _choose(self, inbound: Inbound) -> tuple[Playbook | None, dict[str, Any]]:

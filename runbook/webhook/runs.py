@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class Runs:
     # The incident's lock across replicas (a Lease with --coordination kubernetes); a no-op alone.
     incident_lock: Callable[[str, str], contextlib.AbstractContextManager[None]] = \
         lambda incident, holder: contextlib.nullcontext()
+    namespaces: Collection[str] | None = None  # kubernetes.namespaces; None: each playbook's own
 
     def handle(self, incident: str) -> None:
         try:
@@ -116,7 +117,8 @@ class Runs:
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
                         operator=operator, locks=locks_kubernetes.target_locks(self.world, self.state),
                         history=journals.History(self.state),
-                        dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}")
+                        dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}",
+                        namespaces=self.namespaces)
         try:
             result = engine.run(always_ask(book, self.registry), alert=alert_from_json(row.alert),
                                 params=row.params, record_alert=False, skip=skip)

@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ class Service:
     def __init__(self, *, config: WebhookConfig, secrets: Secrets, state: Path, world: World,
                  playbooks: Sequence[Playbook], clock: Clock | None = None, registry: Registry | None = None,
                  env: Mapping[str, str] | None = None, sweeper: bool = True,
-                 coordination: Coordination | None = None):
+                 coordination: Coordination | None = None, namespaces: Collection[str] | None = None):
         self.config, self.secrets, self.state, self.world = config, secrets, Path(state), world
         self.clock = clock or SystemClock()
         self.registry = registry or default_registry()
@@ -65,12 +65,13 @@ class Service:
         self.store = Store(self.state / "webhook" / "state.sqlite3")
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.playbooks = {p.name: p for p in playbooks}
-        self.router = Router(playbooks, config.routes)
+        self.router = Router(playbooks, config.routes, allowed_namespaces=namespaces)
         self.worker = Worker(self._handle, size=config.queue_size, threads=config.workers)
         self.metrics = Metrics(self.worker.backlog)
         self.runs = Runs(store=self.store, state=self.state, world=world, clock=self.clock, registry=self.registry,
                          playbooks=self.playbooks, policy=config.policy, metrics=self.metrics, owner=self.owner,
-                         kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock)
+                         kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock,
+                         namespaces=namespaces)
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
                              room=self.worker.room, coordination=self.coordination)
         self._sweeper_enabled = sweeper
