@@ -120,8 +120,13 @@ class JsonlJournal:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         except OSError as exc:
             raise JournalError(f"cannot write the journal {self.path}: {exc.strerror}") from exc
-        for listener in self._listeners:
-            listener(event)
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception as exc:  # noqa: BLE001 - a broken view must never stop the run it shows
+                self._listeners.remove(listener)
+                self.record(ev.NOTE, at=at, data={"message": f"a journal listener failed and was detached: "
+                                                             f"{exc.__class__.__name__}: {exc}"})
         return event
 
     def events(self) -> list[ev.Event]:

@@ -1,11 +1,13 @@
 """The `runbook` command: a click group whose subcommands load only when they are called.
 
 Keeping heavy imports out of `runbook --help` is what makes the first line appear fast at 3am.
-Errors become one clear line and an exit code here; tracebacks appear only with `--debug`.
+Errors become one clear line and an exit code here; tracebacks appear only with `--debug`; a
+closed output stream ends a command silently.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 from typing import Any
@@ -13,6 +15,10 @@ from typing import Any
 import click
 
 from runbook import __version__
+from runbook.cli.streams import is_closed, silence_standard_streams
+
+# A closed pipe (`| head`) or a terminal that hung up.
+CLOSED_STREAM = (errno.EPIPE, errno.EIO)
 
 COMMANDS = {
     "validate": ("runbook.cli.catalog", "validate", "Check playbooks; every problem with file:line:col and a fix."),
@@ -54,11 +60,26 @@ class LazyGroup(click.Group):
         except RunbookError as exc:
             if ctx.obj and ctx.obj.get("debug"):
                 raise
-            click.echo(f"Error: {exc}", err=True)
+            _say(f"Error: {exc}")
             ctx.exit(int(exc.exit_code))
         except KeyboardInterrupt:
-            click.echo("Interrupted; the journal holds everything up to here.", err=True)
+            _say("Interrupted; the journal holds everything up to here.")
             ctx.exit(130)
+        except OSError as exc:
+            if exc.errno not in CLOSED_STREAM or not any(is_closed(s) for s in (sys.stdout, sys.stderr)):
+                raise
+            # A reader that went away (`runbook list | head -1`): no traceback, and no second
+            # failure when Python flushes the closed stream at exit.
+            silence_standard_streams()
+            ctx.exit(1)
+
+
+def _say(message: str) -> None:
+    """One line on stderr; a stderr that is gone changes neither the exit code nor anything else."""
+    try:
+        click.echo(message, err=True)
+    except OSError:
+        silence_standard_streams()
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "RUNBOOK"})

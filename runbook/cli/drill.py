@@ -1,7 +1,8 @@
 """`runbook drill SCENARIO`: a whole incident on a simulated world, from alert to RCA, in seconds.
 
 Shows live progress on stderr; `--output json` prints one document on stdout. The exit code is
-the run's: 0 resolved or dry run, 4 refused, 1 otherwise.
+the run's (0 resolved or dry run, 4 refused, 130 interrupted, 1 otherwise), even when the output
+pipe closed under it; SIGINT/SIGTERM stop it at a safe point and roll back, SIGHUP is ignored.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
     from runbook import settings
     from runbook.cli.live import LiveView
     from runbook.cli.prompt import operator_for
+    from runbook.cli.signals import run_signals
     from runbook.drill.run import run_drill
     from runbook.engine.runner import default_operator_name
 
@@ -47,9 +49,12 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
             console.print(f"[bold]drill[/] {s.name}: {s.description.strip()}", highlight=False)
             console.print(f"[dim]incident {incident}; virtual time starts {s.t0:%Y-%m-%d %H:%M:%S} UTC[/]")
 
-    result = run_drill(scenario, state=state, operator=operator_for(yes=yes, by=operator_name or default_operator_name(),
-                                                                   console=console),
-                       dry_run=dry_run, on_event=LiveView(console) if output == "text" else None, on_start=on_start)
+    with run_signals() as caught:
+        result = run_drill(scenario, state=state,
+                           operator=operator_for(yes=yes, by=operator_name or default_operator_name(), console=console),
+                           dry_run=dry_run, on_event=LiveView(console) if output == "text" else None,
+                           on_start=on_start, interrupted=caught.journaled)
+    # Both print helpers fall silent on a closed stream: the exit code stays the run's.
     if output == "json":
         print_json(result.to_json())
     else:

@@ -1,6 +1,7 @@
 """Live progress of a run on the terminal, drawn from journal events as they are written.
 
 The engine never prints; this listener turns each event into a line (and a plan into a diff).
+A console that cannot be written to (a closed pipe, a hung-up terminal) makes it fall silent.
 """
 
 from __future__ import annotations
@@ -15,8 +16,18 @@ _STATUS_STYLE = {"ok": "green", "changed": "bold green", "would_change": "cyan",
 class LiveView:
     def __init__(self, console):
         self.console = console
+        self.silent = False
 
     def __call__(self, event: Event) -> None:
+        if self.silent:
+            return
+        try:
+            self._show(event)
+        except OSError:
+            # The run goes on between an apply and its verify or rollback; only its view stops.
+            self.silent = True
+
+    def _show(self, event: Event) -> None:
         c, d = self.console, event.data
         clock = event.at.strftime("%H:%M:%S")
         match event.type:

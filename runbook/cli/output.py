@@ -1,7 +1,7 @@
 """The only place that builds rich consoles and prints JSON documents.
 
 Data goes to stdout, progress and prompts to stderr; `--output json` prints exactly one JSON
-document on stdout, with no colour.
+document on stdout, with no colour. A stream that closes (`| head`, a hung-up terminal) falls silent.
 """
 
 from __future__ import annotations
@@ -12,21 +12,23 @@ from typing import Any
 
 import click
 
+from runbook.cli.streams import write_or_fall_silent
+
 output_option = click.option("--output", "-o", "output", type=click.Choice(["text", "json"]), default="text",
                              show_default=True, help="text for people, json for tools (one document on stdout).")
 
 
 def stderr_console():
-    from rich.console import Console
+    from runbook.cli.quiet_console import QuietOnCloseConsole
 
     # soft_wrap: a long line stays one line in logs and pipes instead of breaking at 80 columns.
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    return QuietOnCloseConsole(stderr=True, highlight=False, soft_wrap=True)
 
 
 def stdout_console():
-    from rich.console import Console
+    from runbook.cli.quiet_console import QuietOnCloseConsole
 
-    return Console(highlight=False)
+    return QuietOnCloseConsole(highlight=False)
 
 
 def print_columns(headers: list[str], rows: list[list[str]]) -> None:
@@ -37,5 +39,5 @@ def print_columns(headers: list[str], rows: list[list[str]]) -> None:
 
 
 def print_json(document: Any) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")
-    sys.stdout.flush()
+    # A reader that went away (`| head`) does not change the exit code: that is the run's.
+    write_or_fall_silent(sys.stdout, json.dumps(document, indent=2, ensure_ascii=False, default=str) + "\n")

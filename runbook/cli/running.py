@@ -26,6 +26,7 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     from runbook.cli.live import LiveView
     from runbook.cli.output import stderr_console
     from runbook.cli.prompt import operator_for
+    from runbook.cli.signals import RunSignals, run_signals
 
     console = stderr_console()
     state = settings.state_dir()
@@ -37,12 +38,14 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
         console.print(f"[dim]incident {incident}" + (f"; {describe()}" if callable(describe) else "") + "[/]")
         journal.subscribe(LiveView(console))
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
+    caught = RunSignals()
     engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
                     locks=locks_kubernetes.target_locks(world, state), history=journals.History(state), dry_run=dry_run,
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
-                    namespaces=namespaces)
+                    interrupted=caught.journaled(journal, clock), namespaces=namespaces)
     try:
-        result = engine.run(playbook, alert=alert, params=params)
+        with run_signals(caught):  # SIGINT/SIGTERM stop at a safe point and roll back; SIGHUP is ignored
+            result = engine.run(playbook, alert=alert, params=params)
     finally:
         journal.close()
     return result, str(journal.path)

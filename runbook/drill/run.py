@@ -60,7 +60,10 @@ def bundled_playbook(name: str, registry: Registry) -> Playbook:
 
 def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = False,
               on_event: Callable[[Event], None] | None = None, registry: Registry | None = None,
-              on_start: Callable[[Scenario, Playbook, str], None] | None = None) -> DrillResult:
+              on_start: Callable[[Scenario, Playbook, str], None] | None = None,
+              interrupted: Callable[[journals.Journal, FakeClock], Callable[[], str | None]] | None = None,
+              ) -> DrillResult:
+    """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals)."""
     registry = registry or default_registry()
     scenario = load_scenario(name)
     playbook = bundled_playbook(scenario.playbook, registry)
@@ -74,7 +77,8 @@ def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = Fal
         on_start(scenario, playbook, incident)
     engine = Engine(registry=registry, world=world.world_backends(), clock=clock, journal=journal,
                     operator=operator, locks=MemoryLocks(), history=journals.History(None, extra=journal),
-                    dry_run=dry_run, kill_switch=lambda: settings.kill_switch(state), holder="runbook drill")
+                    dry_run=dry_run, kill_switch=lambda: settings.kill_switch(state), holder="runbook drill",
+                    interrupted=interrupted(journal, clock) if interrupted is not None else lambda: None)
     alert = Alert(source=scenario.alert.source, name=scenario.alert.name, labels=dict(scenario.alert.labels),
                   annotations=dict(scenario.alert.annotations), starts_at=scenario.t0)
     try:
