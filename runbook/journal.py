@@ -232,16 +232,45 @@ def list_incidents(state: Path) -> list[IncidentSummary]:
                   key=lambda s: s.started or dt.datetime.min.replace(tzinfo=dt.timezone.utc))
 
 
+@dataclasses.dataclass(frozen=True)
+class Application:
+    """One applied remediation as cooldowns and budgets count it."""
+
+    incident: str
+    action: str
+    at: dt.datetime
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Identity across copies: the journal keeps milliseconds, so one application read twice matches."""
+        return self.incident, self.action, ev.iso_ms(self.at)
+
+
+# An apply whose outcome could not be read back may have changed the target: it counts as applied.
+COUNTED_TYPES = frozenset({ev.ACTION_APPLIED, "action.unknown"})
+
+
 class History:
     """Applied actions across every incident's journal: what cooldowns and budgets count."""
 
     def __init__(self, state: Path | None, extra: Journal | None = None):
         self.state, self.extra = state, extra
 
-    def applications(self, target: str, *, since: dt.datetime, action: str | None = None) -> list[dt.datetime]:
-        """When remediations (of `action`, or any) were applied to `target` since then."""
+    def applications(self, target: str, *, since: dt.datetime, action: str | None = None,
+                     namespace: str | None = None) -> list[dt.datetime]:
+        """When remediations (of `action`, or any) were applied to `target` since then.
+
+        `namespace`, the namespace the change is made in, tells a shared history where the target's
+        record lives; the local journals hold every target's.
+        """
+        return [application.at for application in self.records(target, since=since, action=action,
+                                                                namespace=namespace)]
+
+    def records(self, target: str, *, since: dt.datetime, action: str | None = None,
+                namespace: str | None = None) -> list[Application]:
+        """The remediations (of `action`, or any) applied to `target` since then, oldest first."""
         seen: set[tuple[str, str, int]] = set()
-        times: list[dt.datetime] = []
+        found: list[Application] = []
         sources: list[list[ev.Event]] = []
         if self.state is not None:
             # Drills act on a simulated world on virtual time: they never count against real targets.
@@ -252,9 +281,9 @@ class History:
         for events in sources:
             for event in events:
                 key = (event.incident, event.run, event.seq)
-                if (event.type == ev.ACTION_APPLIED and event.data.get("target") == target
+                if (event.type in COUNTED_TYPES and event.data.get("target") == target
                         and (action is None or event.data.get("action") == action)
                         and event.at >= since and key not in seen):
                     seen.add(key)
-                    times.append(event.at)
-        return sorted(times)
+                    found.append(Application(event.incident, str(event.data.get("action") or ""), event.at))
+        return sorted(found, key=lambda a: a.at)

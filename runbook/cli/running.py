@@ -40,7 +40,8 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
     caught = RunSignals()
     engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
-                    locks=locks_kubernetes.target_locks(world, state), history=journals.History(state), dry_run=dry_run,
+                    locks=locks_kubernetes.target_locks(world, state),
+                    history=locks_kubernetes.history_for(world, state), dry_run=dry_run,
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
                     interrupted=caught.journaled(journal, clock), namespaces=namespaces)
     try:

@@ -116,7 +116,7 @@ class Runs:
         journal = journals.JsonlJournal.for_incident(self.state, row.id, journals.new_run_id())
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
                         operator=operator, locks=locks_kubernetes.target_locks(self.world, self.state),
-                        history=journals.History(self.state),
+                        history=locks_kubernetes.history_for(self.world, self.state),
                         dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}",
                         namespaces=self.namespaces)
         try:

@@ -7,7 +7,9 @@ import datetime as dt
 
 import pytest
 
+from runbook.backends.kubernetes_ledger import AppliedLedger
 from runbook.errors import BackendUnavailable
+from runbook.journal import Application
 from runbook.locks_kubernetes import LeaseLocks, lease_name
 from tests.kubernetes import world
 from tests.kubernetes.apiserver.kubelet import ExecAnswer
@@ -49,6 +51,9 @@ def test_every_operation_works_under_the_role_and_every_grant_is_used(k8s, clust
         cluster.logs("llm", {"app": "vllm-server"}, since_seconds=60)
         cluster.delete_pod("llm", pods[1].name, uid=pods[1].uid, dry_run=True)
         cluster.delete_pod("llm", pods[2].name, uid=pods[2].uid, dry_run=True, evict=True)
+        ledger = AppliedLedger(cluster)  # the record cooldowns count: get (404), create, then get, update
+        for incident in ("tour-1", "tour-2"):
+            ledger.record(target, Application(incident, "k8s.scale", dt.datetime.now(dt.timezone.utc)))
 
     user = k8s.policy.user
     used = {(group, resource, verb) for who, group, resource, verb in k8s.state.authorized if who == user}

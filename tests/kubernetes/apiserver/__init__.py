@@ -9,6 +9,6 @@
 
 Serves pods (list/get/delete with preconditions, log, eviction with PDBs, exec over v4/v5
 channel WebSockets), StatefulSets/Deployments/DaemonSets with the scale subresource and the
-three patch types, nodes, events, services, leases, dryRun=All, discovery and server-side
+three patch types, nodes, events, services, leases, configmaps, dryRun=All, discovery and server-side
 tables for kubectl. Not served: watch, server-side apply, SPDY.
 """

@@ -150,10 +150,35 @@ def _validate(res: Resource, obj: dict) -> None:
                                                                      f"Invalid value: must be a list of strings")
         if not containers:
             raise ApiError.invalid(res.group_resource, name, "spec.template.spec.containers: Required value")
+    if res.kind == "ConfigMap":
+        _validate_config_map(res, name, obj)
     if res.kind == "Lease":
         duration = (obj.get("spec") or {}).get("leaseDurationSeconds")
         if duration is not None and (not isinstance(duration, int) or duration <= 0):
             raise ApiError.invalid(res.group_resource, name, "spec.leaseDurationSeconds: must be greater than 0")
+
+
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+CONFIG_MAP_MAX_BYTES = 1024 * 1024
+
+
+def _validate_config_map(res: Resource, name: str, obj: dict) -> None:
+    """As the API server validates a ConfigMap: string values, config keys, 1 MiB of data in all."""
+    data = obj.get("data") or {}
+    if not isinstance(data, dict):
+        raise ApiError.invalid(res.group_resource, name, "data: Invalid value: must be a map of strings")
+    size = 0
+    for key, value in data.items():
+        if not _CONFIG_KEY.match(key) or len(key) > 253:
+            raise ApiError.invalid(res.group_resource, name, f"data[{key}]: Invalid value: {key!r}: a valid config "
+                                   "key must consist of alphanumeric characters, '-', '_' or '.' (regex used for "
+                                   "validation is '[-._a-zA-Z0-9]+')")
+        if not isinstance(value, str):
+            raise ApiError.invalid(res.group_resource, name, f"data[{key}]: Invalid value: must be a string")
+        size += len(key) + len(value.encode("utf-8"))
+    if size > CONFIG_MAP_MAX_BYTES:
+        raise ApiError.invalid(res.group_resource, name, f"data: Too long: must have at most {CONFIG_MAP_MAX_BYTES} "
+                                                         "bytes")
 
 
 class ApiServerApp:

@@ -36,6 +36,7 @@ RESOURCES = (
     Resource("", "v1", "events", "Event", True, _RW, ("ev",)),
     Resource("", "v1", "services", "Service", True, _RW, ("svc",)),
     Resource("", "v1", "namespaces", "Namespace", False, _RW, ("ns",)),
+    Resource("", "v1", "configmaps", "ConfigMap", True, _RW, ("cm",)),
     Resource("apps", "v1", "statefulsets", "StatefulSet", True, _RW, ("sts",), ("scale", "status")),
     Resource("apps", "v1", "deployments", "Deployment", True, _RW, ("deploy",), ("scale", "status")),
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, _RW, ("ds",), ("status",)),

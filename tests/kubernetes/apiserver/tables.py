@@ -58,6 +58,10 @@ def table(kind: str, items: list[dict], revision: str, include: str) -> dict:
         columns = [_column("Name", fmt="name"), _column("Status"), _column("Age")]
         cells = [[n["metadata"]["name"], ("Ready" if is_ready(n) else "NotReady")
                   + (",SchedulingDisabled" if n.get("spec", {}).get("unschedulable") else ""), _age(n)] for n in items]
+    elif kind == "ConfigMap":
+        columns = [_column("Name", fmt="name"), _column("Data", "integer"), _column("Age")]
+        cells = [[o["metadata"]["name"], len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o)]
+                 for o in items]
     else:
         columns = [_column("Name", fmt="name"), _column("Age")]
         cells = [[o["metadata"]["name"], _age(o)] for o in items]
