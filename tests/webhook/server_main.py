@@ -38,11 +38,11 @@ class FileCluster(FakeCluster):
             while True:  # wait to be killed
                 time.sleep(1)
 
-    def scale(self, namespace, kind, name, replicas, *, dry_run=False):
+    def scale(self, namespace, kind, name, replicas, *, dry_run=False, **baseline):
         if dry_run:
-            return super().scale(namespace, kind, name, replicas, dry_run=True)
+            return super().scale(namespace, kind, name, replicas, dry_run=True, **baseline)
         self._stop_here("before")
-        done = super().scale(namespace, kind, name, replicas)
+        done = super().scale(namespace, kind, name, replicas, **baseline)
         self.saved["replicas"] = replicas
         self.saved["mutations"].append(["scale", f"{kind}/{name}", replicas])
         self._save()
