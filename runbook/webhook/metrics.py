@@ -1,7 +1,7 @@
 """The service's Prometheus metrics, in a registry of its own (several apps can live in one process).
 
-Deliveries by source and verdict, duplicates, runs by outcome, actions by result, queue depth
-and the ack latency the senders see.
+Deliveries by source and verdict, duplicates, runs by outcome, actions by result, queue depth,
+runs past the worker deadline, and the ack latency the senders see.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self, backlog: Callable[[], int]):
+    def __init__(self, backlog: Callable[[], int], overdue: Callable[[], int] = lambda: 0):
         self.registry = CollectorRegistry()
         self.deliveries = Counter("runbook_webhook_deliveries", "Deliveries answered, by source and verdict.",
                                   ["source", "verdict"], registry=self.registry)
@@ -29,6 +29,10 @@ class Metrics:
         self.queue_depth = Gauge("runbook_webhook_queue_depth", "Incidents waiting for a worker.",
                                  registry=self.registry)
         self.queue_depth.set_function(lambda: float(backlog()))
+        self.runs_overdue = Gauge("runbook_webhook_runs_overdue",
+                                  "Runs holding a worker past webhook.worker_deadline (a backend not answering).",
+                                  registry=self.registry)
+        self.runs_overdue.set_function(lambda: float(overdue()))
         self.ack_seconds = Histogram("runbook_webhook_ack_seconds", "Time from request to answer, by source.",
                                      ["source"], buckets=ACK_BUCKETS, registry=self.registry)
 

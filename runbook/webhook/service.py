@@ -66,8 +66,9 @@ class Service:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.playbooks = {p.name: p for p in playbooks}
         self.router = Router(playbooks, config.routes, allowed_namespaces=namespaces)
-        self.worker = Worker(self._handle, size=config.queue_size, threads=config.workers)
-        self.metrics = Metrics(self.worker.backlog)
+        self.worker = Worker(self._handle, size=config.queue_size, threads=config.workers,
+                             deadline=config.worker_deadline, clock=self.clock)
+        self.metrics = Metrics(self.worker.backlog, lambda: len(self.worker.overdue()))
         self.runs = Runs(store=self.store, state=self.state, world=world, clock=self.clock, registry=self.registry,
                          playbooks=self.playbooks, policy=config.policy, metrics=self.metrics, owner=self.owner,
                          kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock,
@@ -201,8 +202,7 @@ class Service:
         if self.world.cluster is None:
             found.append("no cluster backend configured (kubernetes)")
         found.extend(self.coordination.problems())
-        if not self.worker.alive():
-            found.append("the run workers are not running")
+        found.extend(self.worker.problems())
         return found
 
     def proposals(self, *states: str) -> list[dict[str, Any]]:

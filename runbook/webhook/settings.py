@@ -64,6 +64,9 @@ class WebhookConfig(_Strict):
     # PagerDuty retries for up to 48 hours; a key forgotten sooner would let a retry act twice.
     dedupe_retention: Duration = pydantic.Field(7 * 86400.0, ge=HOURS_48)
     sweep_interval: Duration = pydantic.Field(5.0, gt=0)
+    # A run still going after this long holds its worker stuck (a backend that never answers): /readyz says so.
+    # The default outlasts the longest bundled run (oom-surge observes for up to 15m, then may roll back).
+    worker_deadline: Duration = pydantic.Field(1800.0, gt=0)
 
 
 @dataclasses.dataclass(frozen=True)
