@@ -462,7 +462,7 @@ class Engine:
         at = self.clock.now()
 
         def applications(which: str | None, since: dt.datetime) -> list[dt.datetime]:
-            return self.history.applications(plan.target, since=since, action=which)
+            return self.history.applications(plan.target, since=since, action=which, namespace=plan.namespace)
 
         try:
             later = guards.history_guards(plan, guard, action=action, now=at, applications=applications)
@@ -545,7 +545,7 @@ class Engine:
                 "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
                 "after": plan.after, "by": by, "error": error,
                 "why": "the apply raised after it may have changed the target; counted as applied"})
-            self._remember_application(plan.target, action, applied_at)
+            self._remember_application(plan, action, applied_at)
             unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback)
             actions.append(unknown)
             self._rollback_actions(step.id, actions, only=unknown)
@@ -554,17 +554,18 @@ class Engine:
         self._record(ev.ACTION_APPLIED, applied_at, step=step.id, data={
             "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
             "after": plan.after, "by": by, "result": result})
-        self._remember_application(plan.target, action, applied_at)
+        self._remember_application(plan, action, applied_at)
         actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback))
         return self._end(step, kind, "changed", plan.summary, {**view(plan), "applied": True, "outcome": result}, now)
 
-    def _remember_application(self, target: str, action: str, at: dt.datetime) -> None:
+    def _remember_application(self, plan: Plan, action: str, at: dt.datetime) -> None:
         """Tell a shared history (a cluster-wide record) of the change, so every runbook's cooldown sees it."""
         record = getattr(self.history, "record_applied", None)
         if record is None:
             return
+        target = plan.target
         try:
-            record(target=target, action=action, at=at, incident=self.journal.incident)
+            record(target=target, action=action, at=at, incident=self.journal.incident, namespace=plan.namespace)
         except BackendError as exc:
             self._record(ev.NOTE, self.clock.now(), data={
                 "message": f"could not record the change to {target} where other runbook instances see it: {exc}; "

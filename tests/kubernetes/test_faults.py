@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runbook.errors import BackendUnavailable, Conflict
+from runbook.errors import StalePlan, BackendUnavailable, Conflict
 from tests.kubernetes.conftest import connect_cluster
 
 STS = "/apis/apps/v1/namespaces/llm/statefulsets/vllm-server"
@@ -89,15 +89,18 @@ def test_an_unreachable_api_server_is_unavailable(tmp_path, k8s):
         cluster.close()
 
 
-def test_409_from_an_unrelated_change_is_re_read_and_re_applied(k8s, cluster):
-    """The status changed between our read and our patch: replicas as planned, so patch again."""
+def test_f1_a_409_is_a_stale_plan_for_the_engine_to_plan_again(k8s, cluster):
+    """The object changed between our read and our patch: the engine re-plans and re-runs the guards
+    (finding 1), the backend never re-sends on its own."""
     def status_churn():
         k8s.edit("StatefulSet", "llm", "vllm-server", lambda o: o["metadata"].setdefault("annotations", {}).update(x="1"))
 
     k8s.inject(method="PATCH", path=r"/scale$", status=None, before=status_churn)
-    assert cluster.scale("llm", "statefulset", "vllm-server", 1).replicas == 1
+    with pytest.raises(StalePlan, match="changed since this change was planned"):
+        cluster.scale("llm", "statefulset", "vllm-server", 1)
     codes = [(s.method, s.code) for s in k8s.seen if s.resource == "statefulsets/scale"]
-    assert codes == [("GET", 200), ("PATCH", 409), ("GET", 200), ("PATCH", 200)]
+    assert codes == [("GET", 200), ("PATCH", 409), ("GET", 200)]
+    assert k8s.get("StatefulSet", "llm", "vllm-server")["spec"]["replicas"] == 3
 
 
 def test_409_from_someone_else_scaling_is_a_conflict_not_an_overwrite(k8s, cluster):
@@ -105,7 +108,7 @@ def test_409_from_someone_else_scaling_is_a_conflict_not_an_overwrite(k8s, clust
         k8s.edit("StatefulSet", "llm", "vllm-server", lambda o: o["spec"].update(replicas=5))
 
     k8s.inject(method="PATCH", path=r"/scale$", status=None, before=someone_scales)
-    with pytest.raises(Conflict, match="now has 5 replicas, not the 3"):
+    with pytest.raises(StalePlan, match="it has 5 replicas now"):
         cluster.scale("llm", "statefulset", "vllm-server", 1)
     assert k8s.get("StatefulSet", "llm", "vllm-server")["spec"]["replicas"] == 5
 
@@ -132,16 +135,23 @@ def test_409_on_an_args_patch_re_plans_against_the_new_args(k8s, cluster):
                  .update(args=["--max-model-len", "4096"]))
 
     k8s.inject(method="PATCH", path=STS + "$", status=None, before=someone_edits_args)
-    with pytest.raises(Conflict, match="command line changed since this change was planned"):
+    with pytest.raises(StalePlan, match="changed since this change was planned"):
         cluster.set_container_argv("llm", "statefulset", "vllm-server", "vllm", command=None,
                                    args=["--max-model-len", "6635"])
     args = k8s.get("StatefulSet", "llm", "vllm-server")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args == ["--max-model-len", "4096"]
 
 
-def test_an_injected_409_once_is_retried(k8s, cluster):
-    k8s.inject(method="PATCH", path=STS + "$", status=409)
-    done = cluster.set_container_argv("llm", "statefulset", "vllm-server", "vllm", command=None, args=["--x"])
+def test_f1_a_plan_read_at_an_older_version_is_never_applied(k8s, cluster):
+    planned = cluster.get_workload("llm", "statefulset", "vllm-server")
+    k8s.edit("StatefulSet", "llm", "vllm-server", lambda o: o["metadata"].setdefault("annotations", {}).update(x="1"))
+    with pytest.raises(StalePlan):
+        cluster.set_container_argv("llm", "statefulset", "vllm-server", "vllm", command=None, args=["--x"],
+                                   resource_version=planned.resource_version)
+    assert k8s.get("StatefulSet", "llm", "vllm-server")["spec"]["template"]["spec"]["containers"][0]["args"] != ["--x"]
+    done = cluster.set_container_argv("llm", "statefulset", "vllm-server", "vllm", command=None, args=["--x"],
+                                      resource_version=cluster.get_workload("llm", "statefulset", "vllm-server")
+                                      .resource_version)
     assert done.container("vllm").args == ("--x",)
 
 

@@ -143,7 +143,7 @@ def test_f1_history_guards_run_under_the_lock(clock):
     seen_locked = []
 
     class WatchingHistory:
-        def applications(self, target, *, since, action=None):
+        def applications(self, target, *, since, action=None, namespace=None):
             seen_locked.append(target in locks.held)
             return []
 
