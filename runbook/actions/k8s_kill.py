@@ -1,17 +1,20 @@
 """`k8s.kill_process`: signal the vLLM server process inside its container, as a plan.
 
-The plan names the processes it found; applying it signals exactly those and nothing else.
+The plan names the processes it found, each by PID and start time in a container it names;
+applying it signals exactly those, each only if it is still that process, and nothing else.
 """
 
 from __future__ import annotations
 
 import pydantic
 
-from runbook.actions import fields
+from runbook.actions import base, fields, identity_kill
 from runbook.actions.base import Plan, StepContext
 from runbook.actions.fanout import fan_out
 from runbook.actions.k8s_pods import PodsParams, select_pods
-from runbook.errors import CommandFailed
+from runbook.backends.base import Pod
+from runbook.errors import CommandFailed, InvalidInput, NotFound
+from runbook.parsers.kill_by_identity import Target
 from runbook.registry import Kind, action
 
 
@@ -22,48 +25,113 @@ class KillProcessParams(PodsParams):
     timeout: float = pydantic.Field(20.0, gt=0, le=300)
 
 
+def _container_id(pod: Pod, container: str) -> str:
+    return next((c.container_id for c in pod.containers if c.name == container), "")
+
+
+def _lock_target(namespace: str, p: KillProcessParams, chosen: list[Pod]) -> str:
+    """The workload, spelled as k8s.scale and k8s.set_arg spell it, so that a kill and a scale of one
+    StatefulSet take one lock and count against one budget; the pods themselves only when ownerless."""
+    if p.workload is not None:
+        kind, name = base.parse_workload(p.workload)
+        return f"{namespace}/{kind}/{name}"
+    owners = sorted({pod.owner for pod in chosen if pod.owner})
+    if len(owners) > 1:
+        raise InvalidInput(f"the pods to signal belong to several workloads ({', '.join(owners)}); one at a time")
+    if owners:
+        kind, name = base.parse_workload(owners[0])
+        return f"{namespace}/{kind}/{name}"
+    # as k8s.delete_pod names ownerless pods: a delete and a kill of the same pods share a target
+    return f"{namespace}/pods/" + ",".join(pod.name for pod in chosen)
+
+
+def _current(ctx: StepContext, p: KillProcessParams) -> dict[str, tuple[str, str]]:
+    """Pod name → (uid, container id) as the cluster has them now; a pod that is gone is absent."""
+    # All pods of the workload or selector, so that a named pod that went away is absent, not an error.
+    relist = p.model_copy(update={"names": None}) if p.selector is not None or p.workload is not None else p
+    try:
+        pods = select_pods(ctx, relist)
+    except NotFound:
+        return {}  # the workload (or a pod named alone) is gone: nothing planned is left to signal
+    return {pod.name: (pod.uid, _container_id(pod, p.container)) for pod in pods}
+
+
 @action("k8s.kill_process", kind=Kind.REMEDIATION, params=KillProcessParams)
 def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
     """Signal the processes matching `pattern` in a container (the SOP's `kill -9 $(pgrep -f vllm.entrypoints)`).
 
-    The container restarts with its current spec. Not reversible.
+    The pattern chooses the processes when planning; the apply signals those PIDs only, each only
+    while its pod, container and start time are still the plan's (a restarted server is PID 1
+    again, but not the process that was planned). The container restarts with its current spec.
+    Not reversible.
     """
     chosen = select_pods(ctx, p)
-    found: dict[str, list[int]] = {}
-    looked = fan_out(chosen, lambda pod: ctx.cluster.exec(pod.namespace, pod.name, p.container,
-                                                          ["pgrep", "-f", p.pattern], timeout=p.timeout),
-                     pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
-                     describe=lambda pod: f"pod {pod.name}")
-    for done in looked:
-        pod, out = done.target, done.result
-        if out is None:
-            # A pod we cannot see into is not a pod we may act on blind.
-            raise CommandFailed(f"cannot list the processes of {pod.name}: {done.error}")
-        if out.exit_code not in (0, 1):
-            raise CommandFailed(f"pgrep in {pod.name}/{p.container} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
-        pids = [int(x) for x in out.stdout.split() if x.isdigit()]
-        if pids:
-            found[pod.name] = pids
-    by_name = {pod.name: pod for pod in chosen}
-    ready_now = sum(1 for pod in chosen if pod.ready)
     namespace = ctx.namespace(p.namespace)
+    target = _lock_target(namespace, p, chosen)
+
+    def look(pod: Pod) -> list[dict]:
+        where = f"{pod.name}/{p.container}"
+        out = ctx.cluster.exec(namespace, pod.name, p.container, ["pgrep", "-f", p.pattern], timeout=p.timeout)
+        if out.exit_code not in (0, 1):
+            raise CommandFailed(f"pgrep in {where} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
+        pids = [int(x) for x in out.stdout.split() if x.isdigit()]
+        if not pids:
+            return []
+        # exit 1: one of them ended since pgrep saw it; the others are still read
+        stat = ctx.cluster.exec(namespace, pod.name, p.container, ["cat", *(f"/proc/{pid}/stat" for pid in pids)],
+                                timeout=p.timeout)
+        if stat.exit_code not in (0, 1):
+            raise CommandFailed(f"cat /proc/<pid>/stat in {where} failed with exit code {stat.exit_code}: "
+                                f"{stat.stderr.strip()[:200]}")
+        found = identity_kill.read_stats(stat.stdout, f"/proc/<pid>/stat in {where}")
+        return [{"pid": pid, "start_ticks": found[pid].start_ticks, "state": found[pid].state,
+                 "command": found[pid].comm, "container_id": _container_id(pod, p.container)}
+                for pid in pids if pid in found]
+
+    looked = fan_out(chosen, look, pool_size=ctx.pool_size, deadline=max(ctx.timeout, 2 * p.timeout + 5),
+                     describe=lambda pod: f"pod {pod.name}")
+    found: dict[str, list[dict]] = {}
+    for done in looked:
+        pod, rows = done.target, done.result
+        if rows is None:
+            # A pod we cannot see into is not a pod we may act on blind.
+            if isinstance(done.error, CommandFailed):
+                raise done.error
+            raise CommandFailed(f"cannot list the processes of {pod.name}: {done.error}")
+        if rows:
+            found[pod.name] = rows
+    by_name = {pod.name: pod for pod in chosen}
+    planned = {name: (by_name[name].uid, _container_id(by_name[name], p.container)) for name in found}
+    ready_now = sum(1 for pod in chosen if pod.ready)
 
     def apply(dry_run: bool) -> dict:
         if dry_run:
             return {}
-        killed = {}
-        for pod_name in found:
-            out = ctx.cluster.exec(namespace, pod_name, p.container, ["pkill", f"-{p.signal}", "-f", p.pattern],
-                                   timeout=p.timeout)
-            if out.exit_code not in (0, 1):
-                raise CommandFailed(f"pkill in {pod_name} failed with exit code {out.exit_code}: {out.stderr.strip()[:200]}")
-            killed[pod_name] = out.exit_code == 0
-        return {"killed": killed}
+        # The pod and its container as planned, read again: a replaced pod or a restarted
+        # container holds other processes, whatever their PIDs.
+        now = _current(ctx, p)
+        signalled: dict[str, list[int]] = {}
+        left: list[dict] = []
+        for pod_name, rows in found.items():
+            if now.get(pod_name) != planned[pod_name]:
+                why = "the pod is gone" if pod_name not in now else \
+                    "the pod was replaced" if now[pod_name][0] != planned[pod_name][0] else "the container restarted"
+                left += [{"pod": pod_name, "pid": r["pid"], "reason": "restarted", "detail": why} for r in rows]
+                continue
+            targets = [Target(r["pid"], r["start_ticks"]) for r in rows]
+            verdicts = identity_kill.signal(
+                lambda argv, pod_name=pod_name: ctx.cluster.exec(namespace, pod_name, p.container, argv,
+                                                                 timeout=p.timeout),
+                p.signal, targets, f"{pod_name}/{p.container}")
+            if any(v.verdict == "signalled" for v in verdicts):
+                signalled[pod_name] = [v.pid for v in verdicts if v.verdict == "signalled"]
+            left += [{"pod": pod_name, **identity_kill.not_signalled(v, t)}
+                     for v, t in zip(verdicts, targets) if v.verdict != "signalled"]
+        return {"signalled": signalled, "not_signalled": left}
 
-    owner = next((pod.owner for pod in chosen if pod.owner), "")
-    return Plan(target=f"{namespace}/{owner or 'pods'}/processes",
-                summary=f"send SIG{p.signal} to {sum(len(v) for v in found.values())} process(es) matching "
-                        f"{p.pattern!r} in {', '.join(found) or 'no pod'}",
+    count = sum(len(v) for v in found.values())
+    return Plan(target=target, namespace=namespace,
+                summary=f"send SIG{p.signal} to {count} process(es) matching {p.pattern!r} in {', '.join(found) or 'no pod'}",
                 before={"processes": found}, after={"signal": p.signal, "pods": sorted(found)}, apply=apply,
                 ready_before=ready_now, ready_after=ready_now - sum(1 for n in found if by_name[n].ready),
                 touched=len(found), total=max(len(chosen), 1), noop=not found, server_dry_run=False)

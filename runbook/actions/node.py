@@ -12,12 +12,13 @@ import re
 
 import pydantic
 
-from runbook.actions import base, fields
+from runbook.actions import base, fields, identity_kill
 from runbook.actions.base import ActionResult, Plan, StepContext
 from runbook.actions.fanout import fan_out
 from runbook.errors import BackendError, CommandFailed
 from runbook.parsers import nvidia_smi, procs
 from runbook.parsers.errors import ParseError
+from runbook.parsers.kill_by_identity import Target
 from runbook.registry import ActionParams, Kind, action
 
 QUERY_GPU = ["nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu",
@@ -189,19 +190,30 @@ class KillPidsParams(ActionParams):
 def kill_pids(ctx: StepContext, p: KillPidsParams) -> Plan:
     """Signal processes on a node by PID (the holders of a lingering CUDA context).
 
-    Refused for PID 1 and below, for a PID that no longer exists, and for any process that belongs
-    to a ready pod of `serving_selector`. Not reversible.
+    Each process is planned by PID, start time (field 22 of /proc/<pid>/stat) and container; the
+    signal goes only to a process that still has all three right before it. A PID that came back
+    as another process is left alone, and the outcome says so. Refused for PID 1 and below and for
+    any process that belongs to a ready pod of `serving_selector`. Not reversible.
     """
     serving = serving_containers(ctx, p.namespace, p.serving_selector)
-    rows = []
+    rows: list[dict] = []
     refusal = None
     for pid in p.pids:
         if pid <= 1:
             refusal = refusal or ("pid", f"PID {pid} is init or the kernel; never killed")
             continue
+        # The start time first: whatever is read after it (the cgroup) is checked against a process
+        # the apply will recognise, so a PID reused in between is never signalled.
+        stat = ctx.nodes.run(p.node, ["cat", f"/proc/{pid}/stat"], timeout=p.timeout)
+        if stat.exit_code != 0:
+            rows.append({"pid": pid, "alive": False})
+            continue
+        found = identity_kill.read_stats(stat.stdout, f"/proc/{pid}/stat on {p.node}").get(pid)
+        if found is None:
+            raise CommandFailed(f"/proc/{pid}/stat on {p.node} describes another PID: {stat.stdout.strip()[:200]}")
         cgroup = ctx.nodes.run(p.node, ["cat", f"/proc/{pid}/cgroup"], timeout=p.timeout)
         if cgroup.exit_code != 0:
-            rows.append({"pid": pid, "alive": False})
+            rows.append({"pid": pid, "alive": False})  # it ended while we looked
             continue
         try:
             container = procs.parse_cgroup(cgroup.stdout)
@@ -209,20 +221,24 @@ def kill_pids(ctx: StepContext, p: KillPidsParams) -> Plan:
             container = None
         if container and container in serving:
             refusal = refusal or ("serving_pod", f"PID {pid} belongs to ready serving pod {serving[container]}; never killed")
-        rows.append({"pid": pid, "alive": True, "container_id": container})
-    alive = [r["pid"] for r in rows if r["alive"]]
+        rows.append({"pid": pid, "alive": True, "start_ticks": found.start_ticks, "state": found.state,
+                     "command": found.comm, "container_id": container})
+    targets = [Target(r["pid"], r["start_ticks"], r["container_id"]) for r in rows if r["alive"]]
 
     def apply(dry_run: bool) -> dict:
         if dry_run:
             return {}
-        out = ctx.nodes.run(p.node, ["kill", f"-{p.signal}", *map(str, alive)], timeout=p.timeout)
-        if out.exit_code != 0:
-            raise CommandFailed(f"kill on {p.node} exited {out.exit_code}: {out.stderr.strip()[:300]}")
-        return {"killed": alive}
+        verdicts = identity_kill.signal(lambda argv: ctx.nodes.run(p.node, argv, timeout=p.timeout), p.signal,
+                                        targets, p.node)
+        return {"signalled": [v.pid for v in verdicts if v.verdict == "signalled"],
+                "not_signalled": [identity_kill.not_signalled(v, t) for v, t in zip(verdicts, targets)
+                                  if v.verdict != "signalled"]}
 
-    return Plan(target=f"node/{p.node}/pids", summary=f"send SIG{p.signal} to PID {', '.join(map(str, alive)) or 'none'} on {p.node}",
-                before={"processes": rows}, after={"signal": p.signal, "pids": alive}, apply=apply,
-                refusal=refusal, noop=not alive and refusal is None, server_dry_run=False)
+    pids = ", ".join(str(t.pid) for t in targets) or "none"
+    # The node is the target, as for node.gpu_reset: a kill and a reset on one node take one lock and one budget.
+    return Plan(target=f"node/{p.node}", summary=f"send SIG{p.signal} to PID {pids} on {p.node}",
+                before={"processes": rows}, after={"signal": p.signal, "pids": [t.pid for t in targets]}, apply=apply,
+                refusal=refusal, noop=not targets and refusal is None, server_dry_run=False)
 
 
 class GpuResetParams(ActionParams):
@@ -266,8 +282,10 @@ def gpu_reset(ctx: StepContext, p: GpuResetParams) -> Plan:
         _run(ctx, p.node, ["nvidia-smi", "--gpu-reset", "-i", str(p.gpu)], p.timeout)
         return {"reset": p.gpu}
 
-    return Plan(target=f"node/{p.node}/gpu/{p.gpu}", summary=f"reset GPU {p.gpu} on {p.node}",
-                before={"memory_used_mib": gpu.memory_used_mib}, after={"memory_used_mib": 0}, apply=apply,
+    # The node, not the GPU, is the target: a reset and a kill on one node exclude each other.
+    return Plan(target=f"node/{p.node}", summary=f"reset GPU {p.gpu} on {p.node}",
+                before={"gpu": p.gpu, "memory_used_mib": gpu.memory_used_mib},
+                after={"gpu": p.gpu, "memory_used_mib": 0}, apply=apply,
                 refusal=refusal, server_dry_run=False)
 
 

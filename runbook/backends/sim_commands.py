@@ -17,6 +17,9 @@ from runbook.backends import sim_formats as fmt
 from runbook.backends.base import CommandResult
 from runbook.backends.sim_state import GpuState, NodeState, PodState, Proc, WorldState
 from runbook.errors import BackendUnavailable
+from runbook.parsers import kill_by_identity
+from runbook.parsers.errors import ParseError
+from runbook.parsers.procs import parse_proc_stat
 
 PS_ARGV = ["ps", "-eo", "pid,ppid,stat,etimes,args"]
 MEMORY_ARGV = ["nvidia-smi", "-q", "-d", "MEMORY"]
@@ -30,7 +33,7 @@ KNOWN_BINARIES = {"nvidia-smi", "ps", "cat", "ss", "pgrep", "pkill", "kill", "sh
 _SIGNALS = {"1": "HUP", "2": "INT", "3": "QUIT", "9": "KILL", "15": "TERM", "10": "USR1", "12": "USR2",
             "18": "CONT", "19": "STOP"}
 _SIGNAL_NAMES = set(_SIGNALS.values())
-_CGROUP = re.compile(r"^/proc/(\d+)/cgroup$")
+_PROC_FILE = re.compile(r"^/proc/(\d+)/(cgroup|stat)$")
 
 # Host processes every node has (pid, ppid, stat, args, cgroup); scenario pids win on a clash.
 _SYSTEM = (
@@ -117,17 +120,92 @@ def run_in_pod(state: WorldState, pod: PodState, container: str, argv: Sequence[
         return _ok(fmt.proc_net_tcp6([]))
     if argv == ["ss", "-tln"]:
         return _ok(fmt.ss_tln([("0.0.0.0", port, 2048) for port in pod.listening(now)]))
-    if len(argv) == 2 and argv[0] == "cat" and _CGROUP.match(argv[1]):
-        pid = int(_CGROUP.match(argv[1]).group(1))  # type: ignore[union-attr]
-        if not any(p.local_pid == pid for p in procs):
-            return _fail(f"cat: {argv[1]}: No such file or directory\n")
-        return _ok(fmt.cgroup_v2("/"))
+    if _is_proc_cat(argv):
+        def read(pid: int, name: str) -> str | None:
+            proc = next((p for p in procs if p.local_pid == pid), None)
+            if proc is None:
+                return None
+            if name == "cgroup":  # the container's cgroup namespace shows its own root only
+                return fmt.cgroup_v2("/")
+            return fmt.proc_stat(pid, proc.comm, proc.stat[:1], proc.local_ppid or 0, start_ticks(state, proc.started_at))
+        return _cat(argv, read)
     if argv[0] in ("pgrep", "pkill"):
         return _pgrep(state, pod, procs, argv)
     if argv[0] == "kill":
         return _kill(state, argv, lambda pid: next((p for p in procs if p.local_pid == pid), None),
                      via=f"pod {pod.namespace}/{pod.name}")
+    if is_identity_kill(argv):
+        return identity_kill(argv, lambda words: run_in_pod(state, pod, container, words, timeout))
     return _not_modelled(argv)
+
+
+# ---------------------------------------------------------------------------- /proc and the identity kill
+
+def start_ticks(state: WorldState, started: dt.datetime) -> int:
+    """Field 22 of /proc/<pid>/stat: clock ticks from the node's boot to the process's start."""
+    return int((started - (state.t0 - _BOOT_AGO)).total_seconds() * fmt.USER_HZ)
+
+
+def _is_proc_cat(argv: list[str]) -> bool:
+    return len(argv) >= 2 and argv[0] == "cat" and all(_PROC_FILE.match(a) for a in argv[1:])
+
+
+def _cat(argv: list[str], read: Callable[[int, str], str | None]) -> CommandResult:
+    """`cat /proc/<pid>/{stat,cgroup}…` as coreutils does it: what exists, an error line per missing file."""
+    out, errors = [], []
+    for path in argv[1:]:
+        m = _PROC_FILE.match(path)
+        assert m is not None
+        text = read(int(m[1]), m[2])
+        if text is None:
+            errors.append(f"cat: {path}: No such file or directory\n")
+        else:
+            out.append(text)
+    return CommandResult(stdout="".join(out), stderr="".join(errors), exit_code=1 if errors else 0)
+
+
+def is_identity_kill(argv: Sequence[str]) -> bool:
+    return list(argv[:4]) == ["sh", "-c", kill_by_identity.SCRIPT, kill_by_identity.NAME]
+
+
+def identity_kill(argv: Sequence[str], run: Callable[[list[str]], CommandResult]) -> CommandResult:
+    """What `sh` makes of kill_by_identity.SCRIPT: the same `cat` and `kill` calls, answered by `run`.
+
+    The test servers answer the script through this too; the script itself runs under a real
+    `sh` in the SSH and script tests."""
+    words = list(argv[4:])
+    if not words:
+        return _fail("sh: 3: shift: can't shift that many\n", 2)
+    signal, rest, lines = words[0], words[1:], []
+    while len(rest) >= 3:
+        pid, start, cid = rest[:3]
+        rest = rest[3:]
+        if not pid.isdigit():
+            lines.append(f"failed {pid} not a process id")
+            continue
+        if cid != "-":
+            cgroup = run(["cat", f"/proc/{pid}/cgroup"])
+            if cgroup.exit_code != 0:
+                lines.append(f"gone {pid}")
+                continue
+            if cid not in cgroup.stdout:
+                lines.append(f"changed {pid} container")
+                continue
+        stat = run(["cat", f"/proc/{pid}/stat"])
+        if stat.exit_code != 0:
+            lines.append(f"gone {pid}")
+            continue
+        try:
+            now = str(parse_proc_stat(stat.stdout).start_ticks)
+        except ParseError:
+            now = ""
+        if now != start:
+            lines.append(f"changed {pid} start {now}")
+            continue
+        done = run(["kill", "-s", signal, pid])
+        lines.append(f"signalled {pid}" if done.exit_code == 0 else
+                     f"failed {pid} {(done.stderr + done.stdout).replace(chr(10), ' ')}".rstrip())
+    return _ok("".join(line + "\n" for line in lines))
 
 
 def _pod_sockets(state: WorldState, pod: PodState, now: dt.datetime) -> list[fmt.Socket]:
@@ -251,6 +329,13 @@ def host_table(state: WorldState, node: NodeState, now: dt.datetime) -> dict[int
     return table
 
 
+def _comm(args: str) -> str:
+    """The kernel's 15-character process name: `[kthreadd]` for a kernel thread, else the program's base name."""
+    if args.startswith("["):
+        return args[1:].split("]", 1)[0][:15]
+    return args.split(" ", 1)[0].rsplit("/", 1)[-1].rstrip(":")[:15]
+
+
 def fmt_sandbox(uid: str) -> str:
     return hashlib.sha256(f"{uid}/sandbox".encode()).hexdigest()
 
@@ -291,15 +376,24 @@ def run_on_node(state: WorldState, node: NodeState, argv: Sequence[str], timeout
                 for pid, r in table.items()]
         rows.append(fmt.PsRow(node.allocate_pid(set(table)), 1042, "Rs", 0, " ".join(argv)))
         return _ok(fmt.ps_eo(rows))
-    if len(argv) == 2 and argv[0] == "cat" and _CGROUP.match(argv[1]):
-        pid = int(_CGROUP.match(argv[1]).group(1))  # type: ignore[union-attr]
-        row = host_table(state, node, now).get(pid)
-        if row is None:
-            return _fail(f"cat: {argv[1]}: No such file or directory\n")
-        return _ok(fmt.cgroup_v2(row.cgroup))
+    if _is_proc_cat(argv):
+        table = host_table(state, node, now)
+
+        def read(pid: int, name: str) -> str | None:
+            row = table.get(pid)
+            if row is None:
+                return None
+            if name == "cgroup":
+                return fmt.cgroup_v2(row.cgroup)
+            started = row.started_at if isinstance(row, Proc) else row.started
+            comm = row.comm if isinstance(row, Proc) else _comm(row.args)
+            return fmt.proc_stat(pid, comm, row.stat[:1], row.ppid, start_ticks(state, started))
+        return _cat(argv, read)
     if argv[0] == "kill":
         table = host_table(state, node, now)
         return _kill(state, argv, table.get, via=f"node {node.name}")
+    if is_identity_kill(argv):
+        return identity_kill(argv, lambda words: run_on_node(state, node, words, timeout))
     if argv[:2] == ["nvidia-smi", "--gpu-reset"]:
         return _gpu_reset(state, node, argv)
     return _not_modelled(argv)

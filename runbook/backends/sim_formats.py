@@ -158,6 +158,17 @@ def cgroup_v2(path: str) -> str:
     return f"0::{path}\n"
 
 
+USER_HZ = 100  # clock ticks per second in /proc (every Linux architecture the GPU nodes run)
+
+
+def proc_stat(pid: int, comm: str, state: str, ppid: int, start_ticks: int, *, threads: int = 1) -> str:
+    """`/proc/<pid>/stat`: 52 fields (Linux 5.x/6.x), comm in parentheses, starttime at field 22."""
+    fields = [str(pid), f"({comm[:15]})", state, str(ppid), str(pid), str(pid), "0", "-1", "4194560",
+              "12873", "0", "0", "0", "412", "97", "0", "0", "20", "0", str(threads), "0", str(start_ticks),
+              "8318287872", "164123", "18446744073709551615"] + ["0"] * 27
+    return " ".join(fields) + "\n"
+
+
 # ---------------------------------------------------------------------------- sockets
 
 LISTEN = 0x0A

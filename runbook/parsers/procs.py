@@ -1,4 +1,4 @@
-"""Parsers for process listings: `ps`, `fuser -v /dev/nvidia*`, `/proc/<pid>/cgroup`, container ids.
+"""Parsers for process listings: `ps`, `fuser -v /dev/nvidia*`, `/proc/<pid>/stat` and `/cgroup`, container ids.
 
 They answer "who holds the GPU, is it a zombie, which container is it in" from captured text.
 """
@@ -227,3 +227,48 @@ def normalize_container_id(container_id: str) -> str:
         raise ParseError(f"expected '<runtime>://<64 hex digits>' or 64 hex digits, found {quote(raw)}",
                          format="container id")
     return bare.lower()
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields of `/proc/<pid>/stat` a kill needs: (pid, start_ticks) names one process for a boot's lifetime."""
+
+    pid: int
+    comm: str
+    state: str  # R S D Z T t X I …
+    ppid: int
+    start_ticks: int  # field 22: when it started, in clock ticks (USER_HZ) after boot
+
+
+_STAT_FORMAT = "/proc/<pid>/stat"
+# comm is in parentheses and may itself hold spaces and ')': the last ") " ends it
+_STAT_HEAD = re.compile(r"([0-9]+) \((.*)\) (.*)", re.ASCII | re.DOTALL)
+_STAT_MIN_FIELDS = 20  # fields 3 to 22 at least; kernels since 2.6 print 44 to 52
+
+
+def _stat_line(line: str, lineno: int | None) -> ProcStat:
+    m = _STAT_HEAD.fullmatch(line.strip())
+    if m is None:
+        raise ParseError(f"expected 'PID (COMM) STATE PPID …', found {quote(line)}", format=_STAT_FORMAT, line=lineno)
+    rest = m[3].split()
+    if len(rest) < _STAT_MIN_FIELDS:
+        raise ParseError(f"expected at least 22 fields, found {len(rest) + 2}: {quote(line)}",
+                         format=_STAT_FORMAT, line=lineno)
+    state, ppid, start = rest[0], rest[1], rest[19]
+    for name, value in (("ppid (field 4)", ppid), ("starttime (field 22)", start)):
+        if not _INT.fullmatch(value):
+            raise ParseError(f"{name}: expected an integer, found {quote(value)}", format=_STAT_FORMAT, line=lineno)
+    return ProcStat(pid=int(m[1]), comm=m[2], state=state, ppid=int(ppid), start_ticks=int(start))
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """One `/proc/<pid>/stat` (one line; comm may hold spaces and parentheses)."""
+    lines = [line for line in _NEWLINE.split(text) if line.strip()]
+    if len(lines) != 1:
+        raise ParseError(f"expected one line, found {len(lines)}", format=_STAT_FORMAT)
+    return _stat_line(lines[0], None)
+
+
+def parse_proc_stats(text: str) -> list[ProcStat]:
+    """Several `/proc/<pid>/stat` files printed one after another (`cat /proc/1/stat /proc/7/stat`)."""
+    return [_stat_line(line, lineno) for lineno, line in enumerate(_NEWLINE.split(text), 1) if line.strip()]

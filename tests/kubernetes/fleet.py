@@ -8,12 +8,13 @@ verification see: nothing here is a canned "it worked".
 from __future__ import annotations
 
 import datetime as dt
+import zlib
 from collections.abc import Mapping, Sequence
 
 from runbook.backends.base import HttpResponse, Sample, Series
 from runbook.errors import BackendUnavailable
 from tests.kubernetes.apiserver.controllers import is_ready
-from tests.kubernetes.apiserver.kubelet import ExecAnswer
+from tests.kubernetes.apiserver.kubelet import ExecAnswer, ProcRow, proc_answer
 from tests.kubernetes.apiserver.server import ApiServer
 
 OOM_ABOVE = 7000  # --max-model-len above this runs out of GPU memory under the test's load
@@ -73,6 +74,11 @@ class Fleet:
             return ExecAnswer(stdout=_ps(hung))
         if argv[:2] == ("pgrep", "-f"):
             return ExecAnswer(stdout=f"{PID}\n")
+        # each pod's server started at its own time: a replaced pod's PID 7 is another process
+        server = ProcRow("python3", "Z" if hung else "S", 1, 300_000_000 + zlib.crc32(pod["metadata"]["uid"].encode()) % 10**7)
+        answer = proc_answer(argv, {PID: server}, lambda pid, sig: self.killed.append(pod["metadata"]["name"]))
+        if answer is not None:
+            return answer
         if argv[:1] == ("pkill",):
             self.killed.append(pod["metadata"]["name"])
             return ExecAnswer()

@@ -55,6 +55,20 @@ class GpuWorld:
         log = self.directory / "calls.log"
         return log.read_text().splitlines() if log.exists() else []
 
+    def pretend_pid_reused(self, pid: int, *, ticks_later: int = 100) -> int:
+        """From now on `cat /proc/<pid>/stat` shows a process that started `ticks_later` clock ticks after
+        the real one: what the node would show had the process died and its PID been handed out again."""
+        real = Path(f"/proc/{pid}/stat").read_text()
+        head, tail = real.rsplit(") ", 1)
+        fields = tail.split()
+        fields[19] = str(int(fields[19]) + ticks_later)  # field 22, starttime
+        (self.directory / f"stat.{pid}").write_text(f"{head}) {' '.join(fields)}\n")
+        return int(fields[19])
+
+    def pretend_moved_to_container(self, pid: int, container: str) -> None:
+        """From now on `cat /proc/<pid>/cgroup` places the process in `container`."""
+        (self.directory / f"cgroup.{pid}").write_text(_cgroup(container, "0b7e5a53-2f1d-4c8e-9a11-000000000002"))
+
     def orphan_alive(self) -> bool:
         return self.orphan.poll() is None
 

@@ -57,17 +57,18 @@ printf 'fuser %s\n' "$*" >> "$W/calls.log"
 exec /bin/cat "$W/fuser.$state"
 ''',
     "cat": r'''#!/bin/sh
-# Stand-in cat: recorded /proc/<pid>/cgroup for the world's processes while they live; real cat otherwise.
+# Stand-in cat: recorded /proc/<pid>/cgroup (and /proc/<pid>/stat, where a test put one: the process
+# as it would be had its PID been reused) for the world's processes while they live; real cat otherwise.
 W=@WORLD@
 @ALIVE@
 if [ "$#" = 1 ]; then
   case "$1" in
-    /proc/*/cgroup)
-      pid=${1#/proc/}; pid=${pid%/cgroup}
-      if [ -e "$W/cgroup.$pid" ]; then
+    /proc/*/cgroup|/proc/*/stat)
+      pid=${1#/proc/}; pid=${pid%/*}; file=${1##*/}
+      if [ -e "$W/$file.$pid" ]; then
         printf 'cat %s\n' "$1" >> "$W/calls.log"
         alive "$pid" || { echo "cat: $1: No such file or directory" >&2; exit 1; }
-        exec /bin/cat "$W/cgroup.$pid"
+        exec /bin/cat "$W/$file.$pid"
       fi ;;
   esac
 fi

@@ -11,6 +11,8 @@ import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
 
+from runbook.backends import sim_commands, sim_formats
+from runbook.backends.base import CommandResult
 from tests.kubernetes.apiserver.errors import ApiError
 from tests.kubernetes.apiserver.store import now_utc
 
@@ -35,6 +37,48 @@ def not_found(argv: Sequence[str]) -> ExecAnswer:
                              f'exec "{argv[0] if argv else ""}": OCI runtime exec failed: exec failed: unable to start '
                              f'container process: exec: "{argv[0] if argv else ""}": executable file not found in '
                              "$PATH: unknown"))
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcRow:
+    """One process of a container as its /proc/<pid>/stat shows it."""
+
+    comm: str
+    state: str
+    ppid: int
+    start_ticks: int
+
+
+def proc_answer(argv: Sequence[str], table: dict[int, ProcRow],
+                on_signal: Callable[[int, str], None]) -> ExecAnswer | None:
+    """`cat /proc/<pid>/stat…` and runbook's check-then-signal script, over a container's `table`
+    (pid → row); `on_signal(pid, signal)` is told of each signal sent. None: another command."""
+    def run(words: Sequence[str]) -> CommandResult:
+        if words[:1] == ["kill"] and len(words) == 4 and words[1] == "-s":
+            pid = int(words[3])
+            if pid not in table:
+                return CommandResult("", f"kill: ({pid}) - No such process\n", 1)
+            on_signal(pid, words[2])
+            return CommandResult("")
+        if words[:1] == ["cat"] and all(w.startswith("/proc/") and w.endswith("/stat") for w in words[1:]):
+            out, errors = [], []
+            for path in words[1:]:
+                raw = path.removeprefix("/proc/").removesuffix("/stat")
+                row = table.get(int(raw)) if raw.isdigit() else None
+                if row is None:
+                    errors.append(f"cat: {path}: No such file or directory\n")
+                else:
+                    out.append(sim_formats.proc_stat(int(raw), row.comm, row.state, row.ppid, row.start_ticks))
+            return CommandResult("".join(out), "".join(errors), 1 if errors else 0)
+        return CommandResult("", f"sh: 1: {words[0]}: not found\n", 127)
+
+    if sim_commands.is_identity_kill(argv):
+        done = sim_commands.identity_kill(argv, lambda words: run(words))
+        return ExecAnswer(done.stdout, done.stderr, done.exit_code)
+    if argv[:1] == ("cat",) and len(argv) > 1 and all(a.startswith("/proc/") and a.endswith("/stat") for a in argv[1:]):
+        done = run(list(argv))
+        return ExecAnswer(done.stdout, done.stderr, done.exit_code)
+    return None
 
 
 class Kubelet:
