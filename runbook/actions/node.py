@@ -186,6 +186,12 @@ class KillPidsParams(ActionParams):
         return value
 
 
+def _serving_namespace(ctx: StepContext, given: str | None) -> str | None:
+    """The namespace of the pods the node serves (the step's, else the playbook's): where a cluster keeps
+    the node's lock and change record. None when the playbook names none."""
+    return ctx.namespace(given) if given or ctx.params.get("namespace") else None
+
+
 @action("node.kill_pids", kind=Kind.REMEDIATION, params=KillPidsParams)
 def kill_pids(ctx: StepContext, p: KillPidsParams) -> Plan:
     """Signal processes on a node by PID (the holders of a lingering CUDA context).
@@ -236,7 +242,8 @@ def kill_pids(ctx: StepContext, p: KillPidsParams) -> Plan:
 
     pids = ", ".join(str(t.pid) for t in targets) or "none"
     # The node is the target, as for node.gpu_reset: a kill and a reset on one node take one lock and one budget.
-    return Plan(target=f"node/{p.node}", summary=f"send SIG{p.signal} to PID {pids} on {p.node}",
+    return Plan(target=f"node/{p.node}", namespace=_serving_namespace(ctx, p.namespace),
+                summary=f"send SIG{p.signal} to PID {pids} on {p.node}",
                 before={"processes": rows}, after={"signal": p.signal, "pids": [t.pid for t in targets]}, apply=apply,
                 refusal=refusal, noop=not targets and refusal is None, server_dry_run=False)
 
@@ -283,7 +290,7 @@ def gpu_reset(ctx: StepContext, p: GpuResetParams) -> Plan:
         return {"reset": p.gpu}
 
     # The node, not the GPU, is the target: a reset and a kill on one node exclude each other.
-    return Plan(target=f"node/{p.node}", summary=f"reset GPU {p.gpu} on {p.node}",
+    return Plan(target=f"node/{p.node}", namespace=_serving_namespace(ctx, None), summary=f"reset GPU {p.gpu} on {p.node}",
                 before={"gpu": p.gpu, "memory_used_mib": gpu.memory_used_mib},
                 after={"gpu": p.gpu, "memory_used_mib": 0}, apply=apply,
                 refusal=refusal, server_dry_run=False)
