@@ -236,6 +236,7 @@ def test_f2_node_kill_and_gpu_reset_share_the_node_target():
     kill = plan_of(s, "node.kill_pids", node="gpu-node-2", pids=[ORPHAN])
     reset = plan_of(s, "node.gpu_reset", node="gpu-node-2", gpu=1, require_cordon=False)
     assert kill.target == reset.target == "node/gpu-node-2"
+    assert kill.namespace == reset.namespace == "llm"  # the serving pods': where a cluster keeps the node's Lease
     assert kill.before["processes"][0]["start_ticks"] == sim_start_ticks(s, "gpu-node-2", ORPHAN)
 
 
