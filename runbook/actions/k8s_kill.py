@@ -114,9 +114,10 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
         left: list[dict] = []
         for pod_name, rows in found.items():
             if now.get(pod_name) != planned[pod_name]:
-                why = "the pod is gone" if pod_name not in now else \
-                    "the pod was replaced" if now[pod_name][0] != planned[pod_name][0] else "the container restarted"
-                left += [{"pod": pod_name, "pid": r["pid"], "reason": "restarted", "detail": why} for r in rows]
+                reason, why = ("gone", "the pod is gone") if pod_name not in now else \
+                    ("restarted", "the pod was replaced") if now[pod_name][0] != planned[pod_name][0] else \
+                    ("restarted", "the container restarted")
+                left += [{"pod": pod_name, "pid": r["pid"], "reason": reason, "detail": why} for r in rows]
                 continue
             targets = [Target(r["pid"], r["start_ticks"]) for r in rows]
             verdicts = identity_kill.signal(
