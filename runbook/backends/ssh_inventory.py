@@ -98,6 +98,9 @@ class HostEntry(_Endpoint):
 
 
 class Timeouts(pydantic.BaseModel):
+    """Per-phase limits; each is also capped by what is left of the command's one deadline (its timeout,
+    plus kill_after + 3s with remote_timeout), which no phase outlives."""
+
     model_config = pydantic.ConfigDict(extra="forbid")
 
     connect: float = pydantic.Field(10.0, gt=0, le=300)  # TCP connect, and the key exchange

@@ -429,7 +429,10 @@ def _execute(conn: Connection, argv: Sequence[str], shown: str, *, timeout: floa
             raise deadline.error() from None
         raise BackendUnavailable(f"`{shown}` on {label}: the connection failed: {exc or type(exc).__name__}") from None
     finally:
-        chan.close()
+        try:
+            chan.close()
+        except (paramiko.SSHException, OSError, EOFError):
+            pass  # the watchdog closed the connection under it: the channel is gone with it
     elapsed = time.monotonic() - started
     if opts.remote_timeout and code in TIMED_OUT and elapsed >= math.ceil(remote_seconds) - 0.05:
         raise CommandTimedOut(f"`{shown}` on {label} did not finish within {timeout:g}s and was ended on the node "
