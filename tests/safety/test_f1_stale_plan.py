@@ -16,31 +16,7 @@ from runbook.model import events as ev
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import ARGS, cluster, engine, playbook
-
-SET_ARG = """
-name: lower
-title: lower max-model-len
-detect: {signal: oom_failures_per_min, above: 0}
-params: {namespace: llm, workload: statefulset/vllm-server}
-steps:
-  - id: lower
-    uses: k8s.set_arg
-    with: {target: "{{ params.workload }}", container: vllm, flag: --max-model-len, factor: 0.9, floor: 2048}
-    guard: GUARD
-"""
-
-SCALE = """
-name: scale
-title: scale down
-detect: {signal: oom_failures_per_min, above: 0}
-params: {namespace: llm, workload: statefulset/vllm-server}
-steps:
-  - id: scale-down
-    uses: k8s.scale
-    with: {target: "{{ params.workload }}", replicas: 1}
-    guard: GUARD
-"""
-
+from tests.safety.books import SCALE, SET_ARG
 
 class MeddlingOperator(Scripted):
     """Says yes, but each time, before answering, another hand changes the cluster."""

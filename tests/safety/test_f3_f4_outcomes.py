@@ -22,19 +22,7 @@ from runbook.registry import ActionParams, Kind, Registry, action, default_regis
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import cluster, engine, playbook
-
-SET_ARG = """
-name: lower
-title: lower max-model-len
-detect: {signal: oom_failures_per_min, above: 0}
-params: {namespace: llm, workload: statefulset/vllm-server}
-steps:
-  - id: lower
-    uses: k8s.set_arg
-    with: {target: "{{ params.workload }}", container: vllm, flag: --max-model-len, factor: 0.9, floor: 2048}
-    guard: {confirm: false}
-"""
-
+from tests.safety.books import SET_ARG
 
 def test_f3_only_declared_metric_signals_are_charted():
     assert VerifyParams.signal_fields() == ("signal",)
@@ -88,7 +76,7 @@ def test_f4_an_exception_after_the_apply_is_recorded_counted_and_rolled_back(clo
     state = tmp_path / "state"
     e = engine(clock, cluster_=RaisingAfterStore(c, error), state=state,
                metrics=FakeMetrics({"oom_failures_per_min": 4}))
-    result = e.run(playbook(SET_ARG))
+    result = e.run(playbook(SET_ARG, "{confirm: false}"))
     events = e.journal.events()
     assert_sequence(events, [ev.ACTION_PLANNED, ev.GUARD_PASSED, ev.ACTION_UNKNOWN, ev.ROLLBACK_APPLIED,
                              ev.STEP_FINISHED, ev.RUN_FINISHED], forbidden=(ev.ACTION_APPLIED,))

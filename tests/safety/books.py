@@ -1,0 +1,25 @@
+"""Small playbooks the safety tests run: one remediation each, on the engine helpers' fake cluster."""
+
+SET_ARG = """
+name: lower
+title: lower max-model-len
+detect: {signal: oom_failures_per_min, above: 0}
+params: {namespace: llm, workload: statefulset/vllm-server}
+steps:
+  - id: lower
+    uses: k8s.set_arg
+    with: {target: "{{ params.workload }}", container: vllm, flag: --max-model-len, factor: 0.9, floor: 2048}
+    guard: GUARD
+"""
+
+SCALE = """
+name: scale
+title: scale down
+detect: {signal: oom_failures_per_min, above: 0}
+params: {namespace: llm, workload: statefulset/vllm-server}
+steps:
+  - id: scale-down
+    uses: k8s.scale
+    with: {target: "{{ params.workload }}", replicas: 1}
+    guard: GUARD
+"""
