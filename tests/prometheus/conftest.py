@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,7 +41,8 @@ def free_port() -> int:
 class PrometheusServer:
     """A started `prometheus` process; `stop()` ends it (and only it)."""
 
-    def __init__(self, binary: str, data: Path, workdir: Path):
+    def __init__(self, binary: str, data: Path, workdir: Path, *, flags: Sequence[str] = ()):
+        """`flags`: more command-line flags (e.g. a shorter `--query.lookback-delta`)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "prometheus.yml"
@@ -51,7 +52,7 @@ class PrometheusServer:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=20y",
-                 "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                 *flags, "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self._wait_ready()
 
     def _wait_ready(self) -> None:
