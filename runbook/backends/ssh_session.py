@@ -169,6 +169,35 @@ def _connect_phase(client: paramiko.SSHClient, hop: Hop, jump: bool) -> str:
     return f"{phase} with jump host {hop.label}" if jump else phase
 
 
+def _handshake_problem(transport: paramiko.Transport | None, exc: paramiko.SSHException, opts: Options) -> str | None:
+    """What went wrong before login, in words, when paramiko's own message would mislead.
+
+    paramiko says "Error reading SSH protocol banner" whether the port stayed silent or hung up,
+    and "No existing session" when a server sent its banner but never finished the key exchange.
+    """
+    t = opts.timeouts
+    banner_error = exc if str(exc).startswith("Error reading SSH protocol banner") else None
+    if banner_error is None and transport is not None and not transport.remote_version:
+        # the connect timeout ended the wait first; the transport thread may have failed meanwhile
+        found = transport.get_exception()
+        banner_error = found if found is not None and str(found).startswith("Error reading") else None
+        if banner_error is None:
+            waited = min(t.connect, t.banner)
+            return f"no SSH banner within {waited:g}s: the port accepted the connection but said nothing"
+    if banner_error is not None:
+        if isinstance(banner_error.__context__, (TimeoutError, socket.timeout)):
+            return f"no SSH banner within {t.banner:g}s: the port accepted the connection but said nothing"
+        return ("the server closed the connection before sending an SSH banner "
+                "(is this port an SSH server, and does it accept this client's address?)")
+    text = str(exc)
+    if text.startswith("Indecipherable protocol version"):
+        return f"the server does not speak SSH: it sent {text.partition(' version ')[2][:80]} instead of a banner"
+    if transport is not None and transport.remote_version and not transport.initial_kex_done:
+        return (f"the server sent its banner ({transport.remote_version[:80]}) but did not finish the key exchange "
+                f"within {t.connect:g}s")
+    return None
+
+
 def _connect_hop(hop: Hop, sock: paramiko.Channel | None, via: Hop | None, opts: Options, deadline: Deadline,
                  *, jump: bool) -> paramiko.SSHClient:
     client = paramiko.SSHClient()
@@ -213,13 +242,12 @@ def _connect_client(client: paramiko.SSHClient, hop: Hop, sock: paramiko.Channel
         keys = ", ".join(hop.key_files) or ("the agent's and ~/.ssh keys" if opts.allow_agent else "no key")
         raise BackendUnavailable(f"ssh {where}: authentication refused (tried {keys}): {exc}") from None
     except paramiko.SSHException as exc:
+        handshake = _handshake_problem(client.get_transport(), exc, opts)
         client.close()
         if "no authentication methods" in str(exc).lower():
             raise BackendUnavailable(f"ssh {where}: no key to log in with: set key_file for it in nodes "
                                      f"(or IdentityFile in the ssh config)") from None
-        if "banner" in str(exc).lower():
-            raise BackendUnavailable(f"ssh {where}: no SSH banner within {t.banner:g}s ({exc})") from None
-        raise BackendUnavailable(f"ssh {where}: {exc or type(exc).__name__}") from None
+        raise BackendUnavailable(f"ssh {where}: {handshake or exc or type(exc).__name__}") from None
     except (TimeoutError, socket.timeout):
         client.close()
         raise BackendUnavailable(f"ssh {where}: no answer within {t.connect:g}s") from None
@@ -227,9 +255,12 @@ def _connect_client(client: paramiko.SSHClient, hop: Hop, sock: paramiko.Channel
         client.close()
         raise BackendUnavailable(f"ssh {where}: cannot resolve {hop.host}: {exc.strerror}") from None
     except (OSError, EOFError) as exc:
+        transport = client.get_transport()
         client.close()
         reason = "connection refused" if isinstance(exc, paramiko.ssh_exception.NoValidConnectionsError) else \
             (getattr(exc, "strerror", None) or str(exc) or type(exc).__name__)
+        if transport is not None and transport.remote_version and not transport.initial_kex_done:
+            reason = f"the server sent its banner ({transport.remote_version[:80]}) then dropped the key exchange: {reason}"
         raise BackendUnavailable(f"ssh {where}: {reason}") from None
     transport = client.get_transport()
     if transport is not None and t.keepalive:
