@@ -17,12 +17,18 @@ REDACTED = "[REDACTED]"
 _SECRET_SEGMENTS = frozenset({
     "token", "secret", "secrets", "password", "passwords", "passwd", "pwd", "passphrase",
     "apikey", "apikeys", "authorization", "auth", "credential", "credentials",
-    "privatekey", "accesskey", "cookie", "cookies", "session", "sessionid",
+    "privatekey", "accesskey", "sshkey", "cookie", "cookies", "session", "sessionid", "bearer",
+    # A DSN carries its password inline (app:pw@tcp(db)/x); a presigned URL's signature opens it.
+    "dsn", "signature",
 })
 _SECRET_PAIRS = frozenset({
     ("api", "key"), ("api", "keys"), ("private", "key"), ("private", "keys"),
-    ("access", "key"), ("access", "keys"),
+    ("access", "key"), ("access", "keys"), ("ssh", "key"), ("ssh", "keys"),
+    ("client", "key"), ("signing", "key"), ("encryption", "key"),
 })
+# Short for password only at the end of a key (DB_PASS, SMTP_PASS, pass): before another word
+# (pass_rate, pass_through) or inside one (bypass, compass, passed) it means something else.
+_SECRET_LAST_SEGMENTS = frozenset({"pass"})
 # Glued words still give themselves away by their ending: hftoken, dbpassword, mysqlpasswd.
 _SECRET_SUFFIXES = ("token", "password", "passwd", "secret", "apikey")
 # A trailing qualifier makes the key about the secret, not the secret itself: token_count,
@@ -31,6 +37,7 @@ _QUALIFIERS = frozenset({
     "count", "counts", "num", "number", "len", "length", "size", "limit", "limits", "max", "min",
     "total", "usage", "budget", "type", "kind", "ref", "name", "names", "file", "path", "dir",
     "url", "uri", "endpoint", "ttl", "timeout", "expiry", "expires", "enabled", "required", "mode",
+    "policy", "valid", "invalid", "verified",
 })
 
 
@@ -46,6 +53,8 @@ def looks_secret(key: str) -> bool:
     segments = _segments(key)
     if not segments or segments[-1] in _QUALIFIERS:
         return False
+    if segments[-1] in _SECRET_LAST_SEGMENTS:
+        return True
     if any(s in _SECRET_SEGMENTS or s.endswith(_SECRET_SUFFIXES) for s in segments):
         return True
     return any(pair in _SECRET_PAIRS for pair in zip(segments, segments[1:]))
@@ -74,6 +83,8 @@ _BEARER = re.compile(
 _BASIC = re.compile(r"(?i)\b(basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?=[\s\"',;]|\Z)")
 # Bounded userinfo keeps the scan linear on long runs of "a:" with no "@" in sight.
 _URL_CREDENTIALS = re.compile(r"\b([A-Za-z][A-Za-z0-9+.\-]{0,31}://)([^\s/:@]{0,256}):([^\s/@]{1,256})@")
+# Go's MySQL DSN has no scheme: user:password@tcp(host:3306)/db, or @unix(/path).
+_GO_DSN = re.compile(r"(?<![\w.\-])([\w.\-]{0,64}):([^\s/:@]{1,256})@(?:tcp|tcp6|udp|unix)\(")
 # KEY=value, export KEY=value, KEY: value, "KEY": "value", --key=value and, for dashed flags
 # only, `--key value`; a value never spans lines. Whether KEY is secret is decided in code,
 # and only then is the value read (_VALUE), so a run of "a=a=a=..." stays linear.
@@ -99,6 +110,8 @@ _VALUE = re.compile(
       | [^\s"',;&)}]+
     """
 )
+# An unquoted Cookie header runs on through `; name=value` pairs (Set-Cookie attributes too).
+_COOKIE_VALUE = re.compile(r"[^\s\"',;]+(?:;[ \t]*[^\s\"',;]+)*")
 # Shapes that are secrets wherever they appear, whatever the key (or none) in front of them.
 _TOKEN_SHAPES = re.compile(
     r"""(?x)
@@ -143,6 +156,9 @@ def _key_value_spans(text: str) -> list[Span]:
         v = _VALUE.match(text, m.end())
         if v is None:
             continue
+        if _segments(key)[-1] in ("cookie", "cookies") and v[0][0] not in "\"'":
+            # Every cookie of the header is a credential, not only those named like one.
+            v = _COOKIE_VALUE.match(text, m.end()) or v
         value = v[0]
         # References like $(HF_TOKEN) name a secret without holding one.
         if _REFERENCE.fullmatch(value) or value in ('""', "''"):
@@ -181,6 +197,7 @@ def _secret_spans(text: str) -> list[Span]:
     spans += [m.span(2) for m in _overlapping(_BEARER, text, 2)]
     spans += [m.span(2) for m in _overlapping(_BASIC, text, 2) if _looks_base64(m[2])]
     spans += [m.span(3) for m in _overlapping(_URL_CREDENTIALS, text, 3)]
+    spans += [m.span(2) for m in _GO_DSN.finditer(text)]
     spans += _key_value_spans(text)
     spans += [m.span(3) for m in _overlapping(_AUTH_HEADER, text, 3)]
     spans += [m.span() for m in _TOKEN_SHAPES.finditer(text)]

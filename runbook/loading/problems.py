@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pydantic
 from pydantic import AliasChoices, BaseModel
 
+from runbook.redaction import looks_secret
+
 if TYPE_CHECKING:
     from runbook.loading.yamlsource import Positions
 
@@ -51,10 +53,6 @@ CODES: dict[str, str] = {
 # A hint sharing the message line keeps the report compact; past this it gets its own line.
 _ONE_LINE_LIMIT = 100
 _VALUE_LIMIT = 40
-_SECRET_KEY = re.compile(
-    r"token|passw|secret|credential|(api|private|ssh|access)[_-]?key|auth(?!or)|bearer|cookie",
-    re.IGNORECASE,
-)
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
 
@@ -231,7 +229,8 @@ def render_value(value: Any, *, limit: int = _VALUE_LIMIT) -> str:
 
 def _found(value: Any, path: Sequence[str | int]) -> str:
     # Error output lands in chat and tickets: a secret must never be echoed, even a wrong one.
-    if any(isinstance(p, str) and _SECRET_KEY.search(p) for p in path):
+    # The journal's detector decides, so a report hides exactly what the journal would.
+    if any(isinstance(p, str) and looks_secret(p) for p in path):
         return "a value"
     return render_value(value)
 
