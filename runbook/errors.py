@@ -10,7 +10,8 @@
     │   │   └── StalePlan           what a plan was computed from no longer holds: plan again
     │   └── CommandFailed           a command ran but could not be completed
     ├── Refused                     a guard or the operator said no (exit 4)
-    └── JournalError                the journal could not be written (exit 1)
+    ├── JournalError                the journal could not be written (exit 1)
+    └── UnsafeStateDir              a state directory others could steer (exit 2)
 
 The CLI maps these to exit codes at the edge; the engine turns them into step outcomes.
 """
@@ -78,3 +79,9 @@ class Refused(RunbookError):
 
 class JournalError(RunbookError):
     pass
+
+
+class UnsafeStateDir(RunbookError):
+    """The state directory is writable or owned by someone else, or is their link: the message says the fix."""
+
+    exit_code = ExitCode.USAGE
