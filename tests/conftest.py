@@ -1,17 +1,58 @@
-"""Shared fixtures: a fake clock, fakes of the backends, an engine builder, playbooks from text."""
+"""Shared fixtures: a fake clock, fakes of the backends, an engine builder, playbooks from text.
+Also where a test finds its data: tests/data (written here) and ../shared/reference (real captures)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
 from runbook.clock import FakeClock, utc
 from runbook.registry import default_registry
 
+# Real third-party captures live beside the clone, never inside it; tests over them are extra checks.
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
+# What the tests need on a fresh machine, written by the project in the tools' documented formats.
+DATA = Path(__file__).resolve().parent / "data"
+# CI (.ci/run) sets both: there a missing tool or reference folder is a failure, never a skip.
 REQUIRE_INTEGRATION = os.environ.get("RUNBOOK_REQUIRE_INTEGRATION") == "1"
+REQUIRE_REFERENCE = os.environ.get("RUNBOOK_REQUIRE_REFERENCE") == "1"
+
+
+def missing_integration(reason: str) -> NoReturn:
+    """This machine lacks a tool a test needs (a binary, ssh-agent, openssl): skip, or fail in CI."""
+    if REQUIRE_INTEGRATION:
+        pytest.fail(f"RUNBOOK_REQUIRE_INTEGRATION=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def reference_path(relative: str) -> Path:
+    """A real capture under ../shared/reference; absent, the test skips (fails under RUNBOOK_REQUIRE_REFERENCE=1)."""
+    path = REFERENCE / relative
+    if path.is_file():
+        return path
+    reason = (f"reference file {relative} not available (expected under {REFERENCE}: the real captures sit "
+              f"beside the clone, in shared/reference)")
+    if REQUIRE_REFERENCE:
+        pytest.fail(f"RUNBOOK_REQUIRE_REFERENCE=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def reference_text(relative: str) -> str:
+    return reference_path(relative).read_text(encoding="utf-8")
+
+
+def data_path(relative: str) -> Path:
+    """A fixture file the project wrote under tests/data; one that is missing is a broken checkout."""
+    path = DATA / relative
+    assert path.is_file(), f"tests/data/{relative} is missing: it is part of the repository, restore it with git"
+    return path
+
+
+def data_text(relative: str) -> str:
+    return data_path(relative).read_text(encoding="utf-8")
 
 
 @pytest.fixture

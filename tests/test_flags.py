@@ -7,7 +7,6 @@ import dataclasses
 import decimal
 import math
 import shlex
-from pathlib import Path
 
 import pytest
 import yaml
@@ -16,9 +15,10 @@ from hypothesis import strategies as st
 
 from runbook.errors import InvalidInput
 from runbook.flags import FlagChange, FlagError, clamp_value, find_flag, plan_flag_change
+from tests.conftest import data_text, reference_text
 
-REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
-GKE_MANIFEST = REFERENCE / "k8s" / "vllm-deployment-gke-gemma-3-27b-it-max-model-len-32768.yaml"
+GKE_MANIFEST = "k8s/vllm-deployment-gke-gemma-3-27b-it-max-model-len-32768.yaml"
+OUR_MANIFEST = "k8s/vllm-deployment-llama-3-70b-tp4.yaml"
 VLLM = ("python3", "-m", "vllm.entrypoints.openai.api_server")
 MML = "--max-model-len"
 
@@ -244,10 +244,24 @@ def test_lowering_max_model_len_by_ten_percent(command, args, location, new) -> 
     )
 
 
-@pytest.mark.skipif(not GKE_MANIFEST.exists(), reason="shared reference manifests are not checked out")
+def _container(manifest: str, name: str) -> dict:
+    docs = [d for d in yaml.safe_load_all(manifest) if d and d.get("kind") == "Deployment"]
+    [container] = [c for c in docs[0]["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return container
+
+
+def test_vllm_serve_manifest_with_separate_values() -> None:
+    container = _container(data_text(OUR_MANIFEST), "vllm")
+    command, args = tuple(container["command"]), tuple(container["args"])
+    assert find_flag(command, args, MML) == "32768"
+    change = plan_flag_change(command, args, MML, factor=0.9, container=container["name"])
+    assert (change.before, change.after, change.location, change.command) == ("32768", "29491", "args", command)
+    at = args.index(MML) + 1
+    assert change.args == args[:at] + ("29491",) + args[at + 1:]
+
+
 def test_real_gke_manifest() -> None:
-    docs = [d for d in yaml.safe_load_all(GKE_MANIFEST.read_text()) if d and d.get("kind") == "Deployment"]
-    [container] = [c for c in docs[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "inference-server"]
+    container = _container(reference_text(GKE_MANIFEST), "inference-server")
     command, args = tuple(container["command"]), tuple(container["args"])
     assert find_flag(command, args, MML) == "32768"
     change = plan_flag_change(command, args, MML, factor=0.9, container=container["name"])

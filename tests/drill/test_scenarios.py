@@ -70,8 +70,7 @@ def test_a_scenario_loads_from_a_path(tmp_path):
 def test_each_scenario_names_a_bundled_playbook():
     folder = importlib.resources.files("runbook") / "playbooks"
     playbooks = {p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith(".yaml")}
-    if not playbooks:
-        pytest.skip("no bundled playbooks yet")
+    assert playbooks, f"no playbooks bundled in {folder}"
     for s in list_scenarios():
         assert s.playbook in playbooks, f"{s.name} drills {s.playbook!r}, which is not bundled"
 

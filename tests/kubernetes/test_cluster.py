@@ -8,6 +8,7 @@ import pytest
 
 from runbook.backends.base import ContainerSpec
 from runbook.errors import Conflict, InvalidInput, NotFound, Refused
+from tests.conftest import data_text, reference_text
 from tests.kubernetes import world
 
 
@@ -117,13 +118,21 @@ def test_set_argv_replaces_exactly_that_containers_args(k8s, cluster):
     assert pod["spec"]["containers"][0]["args"] == args
 
 
-def test_set_argv_on_the_reference_vllm_deployment(k8s, cluster):
-    from tests.conftest import REFERENCE
+def test_set_argv_on_a_vllm_serve_deployment(k8s, cluster):
+    k8s.apply(data_text("k8s/vllm-deployment-llama-3-70b-tp4.yaml"))
+    server = cluster.get_workload("llm", "deployment", "vllm-llama").container("vllm")
+    at = server.args.index("--max-model-len") + 1
+    assert server.args[at] == "32768"
+    args = [*server.args[:at], "29491", *server.args[at + 1:]]
+    cluster.set_container_argv("llm", "deployment", "vllm-llama", "vllm", command=None, args=args)
+    stored = k8s.get("Deployment", "llm", "vllm-llama")["spec"]["template"]["spec"]["containers"][0]
+    assert stored["args"] == args and stored["command"] == ["vllm", "serve"]
+    assert [e["name"] for e in stored["env"]] == ["HF_TOKEN", "VLLM_LOGGING_LEVEL"]
+    assert stored["env"][0]["valueFrom"] == {"secretKeyRef": {"name": "huggingface", "key": "token"}}
 
-    manifest = REFERENCE / "k8s" / "vllm-deployment-gke-gemma-3-27b-it-max-model-len-32768.yaml"
-    if not manifest.is_file():
-        pytest.skip(f"reference manifest not available at {manifest}")
-    k8s.apply(manifest.read_text())
+
+def test_set_argv_on_the_reference_vllm_deployment(k8s, cluster):
+    k8s.apply(reference_text("k8s/vllm-deployment-gke-gemma-3-27b-it-max-model-len-32768.yaml"))
     workload = cluster.get_workload("llm", "deployment", "vllm-gemma-deployment")
     server = workload.container("inference-server")
     assert "--max-model-len=32768" in server.args

@@ -7,15 +7,12 @@ import time
 import pytest
 
 from runbook.errors import BackendUnavailable, CommandFailed, InvalidInput, NotFound
-from tests.conftest import REFERENCE
+from tests.conftest import data_text
 from tests.kubernetes.apiserver.kubelet import ExecAnswer
 
 
 def _memory_report() -> str:
-    path = REFERENCE / "nvidia-smi" / "nvidia-smi-q-h200-load.txt"
-    if not path.is_file():
-        pytest.skip(f"reference capture not available at {path}")
-    return path.read_text(encoding="utf-8")
+    return data_text("nvidia-smi/q-d-memory-h100-80gb-vllm-serving.txt")
 
 
 def test_stdout_stderr_and_success(k8s, cluster):

@@ -16,7 +16,7 @@ from runbook.journal import History, MemoryJournal
 from runbook.loading import validation
 from runbook.locks_kubernetes import LeaseLocks
 from runbook.registry import default_registry
-from tests.conftest import REFERENCE, assert_sequence
+from tests.conftest import assert_sequence, data_text
 from tests.kubernetes.fleet import Fleet
 
 
@@ -74,8 +74,8 @@ def test_waiting_queue_deletes_the_unready_pod_and_the_queue_drains(k8s, cluster
 
 
 def test_oom_surge_scales_down_kills_and_lowers_max_model_len(k8s, cluster):
-    report = REFERENCE / "nvidia-smi" / "nvidia-smi-q-h200-load.txt"
-    fleet = Fleet(k8s, memory_report=report.read_text(encoding="utf-8") if report.is_file() else "")
+    report = data_text("nvidia-smi/q-d-memory-h100-80gb-vllm-serving.txt")
+    fleet = Fleet(k8s, memory_report=report)
 
     result, events = run("oom-surge", cluster, fleet)
 
@@ -87,8 +87,8 @@ def test_oom_surge_scales_down_kills_and_lowers_max_model_len(k8s, cluster):
     assert [a for i, a in enumerate(args) if i != args.index("--max-model-len") + 1] == \
         ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--max-model-len", "--port", "8000", "--gpu-memory-utilization=0.9"]
     assert fleet.killed == ["vllm-server-0"]
-    if fleet.memory_report:
-        assert sorted(result_of(result, "gpu-memory")["answers"]) == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]
+    answers = result_of(result, "gpu-memory")["answers"]
+    assert sorted(answers) == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]
     # Each change went to the server as a dry run first, then for real.
     changes = [w for w in _writes(k8s) if w[1] in ("statefulsets/scale", "statefulsets")]
     assert changes == [("patch", "statefulsets/scale", "vllm-server", True), ("patch", "statefulsets/scale", "vllm-server", False),

@@ -1,24 +1,19 @@
-"""Fixtures for the parser tests: the real captures in ../shared/reference, skipped when absent.
-
-The reference folder sits beside the repository clone, never inside it.
-"""
+"""Fixtures for the parser tests: the real captures in ../shared/reference, through tests.conftest
+(skipped when absent, a failure under RUNBOOK_REQUIRE_REFERENCE=1)."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+from tests.conftest import reference_text
+
 H200_CAPTURE = "nvidia-smi/nvgpuexp-capture-linux-x86_64__nvidia-h200__590.48.01.txt"
 
 
 def read_reference(relative: str) -> str:
-    path = REFERENCE / relative
-    if not path.is_file():
-        pytest.skip(f"reference file {relative} not available (expected under {REFERENCE})")
-    return path.read_text(encoding="utf-8")
+    return reference_text(relative)
 
 
 def capture_section(title: str) -> str:

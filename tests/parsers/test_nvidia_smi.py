@@ -1,6 +1,7 @@
 """nvidia-smi parsers against real captures, hand-written MIG/multi-GPU samples and generated text.
 
-Exact values come from the files in ../shared/reference/nvidia-smi (see its SOURCES.md).
+Exact values come from the files in ../shared/reference/nvidia-smi (see its SOURCES.md), read when
+that folder is there (CI requires it); tests/data/nvidia-smi holds outputs the project wrote itself.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from runbook.parsers.nvidia_smi import (
     parse_table_processes,
 )
 
-from .conftest import REFERENCE
+from tests.conftest import REFERENCE, data_text
 
 ZERO_UUID = "GPU-00000000-0000-0000-0000-000000000000"
 H200_BUS = "00000000:83:00.0"
@@ -100,6 +101,14 @@ def test_q_text_h200_load(reference):
     assert block["GPU Memory Power Readings"]["Average Power Draw"] == "97.69 W"  # header has a trailing space
     assert block["Processes"][2] == {"GPU instance ID": "N/A", "Compute instance ID": "N/A", "Process ID": "10309",
                                      "Type": "C", "Name": "./gpu_burn", "Used GPU Memory": "28234 MiB"}
+
+
+def test_memory_report_written_for_the_tests():
+    """The report the Kubernetes tests' pods print is one our parser reads, with the numbers it shows."""
+    text = data_text("nvidia-smi/q-d-memory-h100-80gb-vllm-serving.txt")
+    assert parse_memory_report(text) == [
+        GpuMemoryReport("00000000:1B:00.0", 81559.0, 579.0, 78206.0, 2774.0, 131072.0, 78213.0)]
+    assert parse_processes_report(text) == []
 
 
 def test_q_text_idle_capture_has_no_processes(section):
@@ -580,7 +589,8 @@ def test_arbitrary_text_raises_only_parse_error(parser, text):
 
 
 def _samples() -> list[str]:
-    samples = [EIGHT_GPUS, MIG_XML, MIG_Q_MEMORY, MIG_TABLE]
+    samples = [EIGHT_GPUS, MIG_XML, MIG_Q_MEMORY, MIG_TABLE,
+               data_text("nvidia-smi/q-d-memory-h100-80gb-vllm-serving.txt")]
     folder = REFERENCE / "nvidia-smi"
     if folder.is_dir():
         samples += [p.read_text(encoding="utf-8") for p in sorted(folder.iterdir())

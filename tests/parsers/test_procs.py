@@ -1,6 +1,7 @@
 """ps, fuser and cgroup parsers against real captures, hand-written samples and generated text.
 
-Exact values come from the files in ../shared/reference/procs (see its SOURCES.md).
+Exact values come from the files in ../shared/reference/procs (see its SOURCES.md), read when that
+folder is there (CI requires it).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from runbook.backends.prometheus_config import PrometheusSection
 from runbook.config import EMPTY, load_config
 from runbook.errors import BackendError, BackendUnavailable, InvalidInput
 from runbook.signals.catalog import build_catalog
+from tests.conftest import missing_integration
 from tests.prometheus.data import SCENARIOS
 from tests.prometheus.servers import Erring, Hanging
 
@@ -189,7 +190,7 @@ def test_config_section_problems_are_located(tmp_path):
 def certificate(tmp_path):
     """A throwaway self-signed certificate for 127.0.0.1 (openssl's CLI, when there is one)."""
     if shutil.which("openssl") is None:
-        pytest.skip("`openssl` is not installed: no certificate for the TLS test")
+        missing_integration("`openssl` is not installed: no certificate for the TLS test")
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
                     str(cert), "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],

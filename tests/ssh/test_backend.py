@@ -17,6 +17,7 @@ import pytest
 from runbook.backends.ssh import SshNodes
 from runbook.backends.ssh_session import CommandTimedOut, HostKeyRefused
 from runbook.errors import BackendUnavailable, InvalidInput
+from tests.conftest import missing_integration
 from tests.ssh.server import write_key
 
 # values a label or a line of command output could carry; CANARY names a file each would create if run
@@ -124,7 +125,7 @@ def test_steps_running_side_by_side_share_the_connection(nodes):
 def agent(sshd, tmp_path, monkeypatch):
     """A real ssh-agent holding the client key, as on an operator's laptop."""
     if shutil.which("ssh-agent") is None or shutil.which("ssh-add") is None:
-        pytest.skip("ssh-agent is not installed (Debian package openssh-client)")
+        missing_integration("ssh-agent is not installed (Debian package openssh-client)")
     sock = tmp_path / "agent.sock"
     process = subprocess.Popen(["ssh-agent", "-D", "-a", str(sock)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)

@@ -1,7 +1,7 @@
 """The webhook server for tests: real uvicorn on a free loopback port, in a thread, on fakes.
 
 Also a tiny HTTP client (http.client, so the tests exercise nothing but the wire) and payload
-builders for signed PagerDuty V3 events and Alertmanager v4 groups.
+builders for signed PagerDuty V3 events and Alertmanager v4 groups, from the payloads in data/.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ PD_SECRET = b"lDQHScfUeXUKaQRNF+8XIiDKZ7XX3itBAYzwU0TARw8lJqRnkKl2iB1anSb0Z+IK"
 PD_NEXT_SECRET = b"next-rotation-secret-0123456789abcdef"
 AM_TOKEN = "am-token-0123456789abcdef"
 OPERATOR_TOKEN = "operator-token-0123456789abcdef"
-REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+# Payloads written from the published formats (PagerDuty V3 webhooks, Alertmanager webhook v4).
+DATA = Path(__file__).resolve().parent / "data"
 
 PLAYBOOK = """
 name: test-oom
@@ -143,8 +144,10 @@ def request(url: str, method: str, path: str, body: bytes | None = None, headers
 
 def pd_event(event_type: str = "incident.triggered", *, incident: str = "PGR0VU2", title: str = "OOM on vllm-server",
              event_id: str = "01DEN1HNLBC1VITK192ETHS2CW", occurred_at: str = "2026-03-14T03:12:07.000Z") -> bytes:
-    data = json.loads((REFERENCE / "pagerduty" / "pagerduty-v3-event-data-incident-object-devdocs.json").read_text())
-    data.update(id=incident, title=title, status=event_type.split(".")[1])
+    data = json.loads((DATA / "pagerduty-v3-incident-data.json").read_text(encoding="utf-8"))
+    data.update(id=incident, title=title, status=event_type.split(".")[1],
+                self=f"https://api.pagerduty.com/incidents/{incident}",
+                html_url=f"https://llm-platform.pagerduty.com/incidents/{incident}")
     doc = {"event": {"id": event_id, "event_type": event_type, "resource_type": "incident",
                      "occurred_at": occurred_at, "agent": None, "client": None, "data": data}}
     return json.dumps(doc).encode()
@@ -158,14 +161,17 @@ def pd_headers(body: bytes, *, secrets_: tuple[bytes, ...] = (PD_SECRET,), webho
 def am_group(status: str = "firing", *, alertname: str = "VllmOomSurge", namespace: str = "llm",
              fingerprint: str = "483eb0cd5dcb2110", starts_at: str = "2026-03-14T03:12:07.042Z",
              labels: dict[str, str] | None = None) -> bytes:
-    path = REFERENCE / "alertmanager" / f"alertmanager-webhook-v4-{status}-openshift-uwm-Error500Alert.json"
-    doc = json.loads(path.read_text())
+    doc = json.loads((DATA / "alertmanager-v4-firing.json").read_text(encoding="utf-8"))
     alert = doc["alerts"][0]
     alert["labels"].update(alertname=alertname, namespace=namespace, **(labels or {}))
-    alert.update(fingerprint=fingerprint, startsAt=starts_at)
+    alert.update(status=status, fingerprint=fingerprint, startsAt=starts_at)
     if status == "resolved":
         alert["endsAt"] = "2026-03-14T03:30:00Z"
-    doc["commonLabels"] = dict(alert["labels"])
+    # Alertmanager groups by alertname and namespace here: the group's labels and key follow the alert's.
+    doc.update(status=status, commonLabels=dict(alert["labels"]),
+               groupLabels={"alertname": alertname, "namespace": namespace},
+               groupKey=f'{{}}/{{severity="critical"}}:{{alertname={json.dumps(alertname)}, '
+                        f'namespace={json.dumps(namespace)}}}')
     return json.dumps(doc).encode()
 
 

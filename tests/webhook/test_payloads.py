@@ -1,7 +1,8 @@
 """PagerDuty signatures and payloads, Alertmanager payloads and credentials, routing of labels.
 
 The signature vector is go-pagerduty's (webhookv3_test.go): its body bytes and digest, verified
-here against our code; payloads are the saved real ones from shared/reference.
+here against our code; payloads are written in data/, and the real ones in ../shared/reference are
+parsed too when that folder is there (CI requires it).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from runbook.webhook import alertmanager, pagerduty
 from runbook.webhook.inbound import Malformed
 from runbook.webhook.routing import Router
 from runbook.webhook.settings import RouteRule
+from tests.conftest import reference_text
 from tests.webhook.helpers import AM_TOKEN, PD_SECRET, am_group, pd_event, playbook
 
 VECTOR = (Path(__file__).parent / "data" / "pagerduty-v3-signature-vector-go-pagerduty-body.json").read_bytes()
@@ -64,7 +66,7 @@ def test_incident_events(event_type, effect, status):
     delivery = pagerduty.parse(pd_event(event_type, event_id=f"ev-{status}"), webhook_id="wh-9")
     (inbound,) = delivery.inbound
     assert (inbound.effect, inbound.alert.status, inbound.incident_key) == (effect, status, "pd|PGR0VU2")
-    assert inbound.event_key == f"pd-event|ev-{status}" and inbound.service == ("PF9KMXH", "API Service")
+    assert inbound.event_key == f"pd-event|ev-{status}" and inbound.service == ("PLLM7SV", "vLLM inference (llm)")
     assert inbound.alert.name == "OOM on vllm-server" and inbound.alert.labels["priority"] == "P1"
 
 
@@ -77,13 +79,37 @@ def test_malformed_pagerduty(body):
         pagerduty.parse(body, webhook_id=None)
 
 
-def test_alertmanager_reference_pair_is_one_incident():
+def test_pagerduty_reference_incident_object():
+    """The developer docs' incident object, as the `data` of a real V3 event envelope."""
+    data = json.loads(reference_text("pagerduty/pagerduty-v3-event-data-incident-object-devdocs.json"))
+    body = json.dumps({"event": {"id": "01DEN1HNLBC1VITK192ETHS2CW", "event_type": "incident.triggered",
+                                 "resource_type": "incident", "occurred_at": "2020-10-02T18:45:22.169Z",
+                                 "agent": None, "client": None, "data": data}}).encode()
+    (inbound,) = pagerduty.parse(body, webhook_id=None).inbound
+    assert (inbound.effect, inbound.incident_key, inbound.service) == ("open", "pd|PGR0VU2", ("PF9KMXH", "API Service"))
+    assert inbound.alert.name == "A little bump in the road"
+    assert (inbound.alert.labels["priority"], inbound.alert.labels["urgency"]) == ("P1", "high")
+
+
+def test_alertmanager_pair_is_one_incident():
     firing = alertmanager.parse(am_group("firing")).inbound[0]
     resolved = alertmanager.parse(am_group("resolved")).inbound[0]
     assert firing.incident_key == resolved.incident_key
     assert firing.event_key != resolved.event_key
     assert (firing.effect, resolved.effect) == ("open", "close")
     assert firing.alert.labels["namespace"] == "llm" and firing.details["group_key"].startswith("{}/")
+
+
+def test_alertmanager_reference_pair_is_one_incident():
+    """The real firing/resolved pair an OpenShift Alertmanager sent, byte for byte."""
+    firing = alertmanager.parse(reference_text(
+        "alertmanager/alertmanager-webhook-v4-firing-openshift-uwm-Error500Alert.json").encode()).inbound[0]
+    resolved = alertmanager.parse(reference_text(
+        "alertmanager/alertmanager-webhook-v4-resolved-openshift-uwm-Error500Alert.json").encode()).inbound[0]
+    assert firing.incident_key == resolved.incident_key and firing.event_key != resolved.event_key
+    assert (firing.effect, resolved.effect) == ("open", "close")
+    assert firing.alert.name == "Error500Alert" and firing.alert.labels["namespace"] == "monitor-demo"
+    assert firing.details["fingerprint"] == "483eb0cd5dcb2110" and firing.details["group_key"].startswith("{}/")
 
 
 def test_alertmanager_nanosecond_timestamps_and_missing_fingerprint():
@@ -139,7 +165,7 @@ def test_a_param_from_a_label_is_always_a_plain_name(value):
 
 
 def test_config_routes_come_first():
-    router = Router([playbook()], [RouteRule(playbook="test-oom", source="pagerduty", service="PF9KMXH",
+    router = Router([playbook()], [RouteRule(playbook="test-oom", source="pagerduty", service="PLLM7SV",
                                              params={"workload": "statefulset/other"})])
     inbound = pagerduty.parse(pd_event(title="Something unrelated"), webhook_id=None).inbound[0]
     route = router.route(inbound)
