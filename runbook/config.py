@@ -111,13 +111,13 @@ def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | Non
     if path is None:
         return EMPTY
     from runbook.loading.problems import did_you_mean, problem
-    from runbook.loading.yamlsource import load_yaml
+    from runbook.loading.yamlsource import load_yaml, read_yaml_text
 
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read the config file {path}: {exc}") from None
-    doc = load_yaml(text, file=str(path))
+    doc = load_yaml(text, file=str(path), kind="config file")
     problems = list(doc.problems)
     data = doc.data if doc.data is not None else {}
     if doc.data is not None and not isinstance(data, Mapping):

@@ -69,15 +69,24 @@ def build(configuration: Any, section: KubernetesSection, *, context: str = "") 
 
 
 def _contexts(files: list[str]) -> list[str]:
-    """Context names across the kubeconfig files, merged as kubectl does (first one wins)."""
-    import yaml
+    """Context names across the kubeconfig files, merged as kubectl does (first one wins).
+
+    Read with runbook's own loader first: the client's plain safe_load would expand an alias
+    bomb, and a key written twice would make it and us each pick one.
+    """
+    from runbook.loading.yamlsource import load_yaml, read_yaml_text
 
     names: list[str] = []
     for file in files:
         try:
-            doc = yaml.safe_load(Path(file).expanduser().read_text(encoding="utf-8")) or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            text = read_yaml_text(Path(file).expanduser())
+        except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read the kubeconfig {file}: {exc}") from None
+        loaded = load_yaml(text, file=file, kind="kubeconfig")
+        if loaded.problems:
+            raise InvalidInput(f"the kubeconfig {file} is refused:\n"
+                               + "\n".join(p.format(code=False) for p in sorted(loaded.problems)))
+        doc = loaded.data or {}
         if not isinstance(doc, dict):
             raise InvalidInput(f"the kubeconfig {file} is not a mapping")
         for entry in doc.get("contexts") or []:

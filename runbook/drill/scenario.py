@@ -132,7 +132,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import pydantic
-import yaml
 
 from runbook.model.patterns import checked_regex
 from runbook.clock import Clock
@@ -687,32 +686,6 @@ placement_for = _placement
 
 # ---------------------------------------------------------------------------- loading
 
-class _Loader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate keys (the second would silently win otherwise)."""
-
-
-def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: dict[Any, Any] = {}
-    for key_node, value_node in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-        if key in seen:
-            mark = key_node.start_mark
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (line {mark.line + 1}, column {mark.column + 1})", mark)
-        seen[key] = loader.construct_object(value_node, deep=deep)  # type: ignore[no-untyped-call]
-    return seen
-
-
-_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-# YAML 1.2 booleans: only true/false (YAML 1.1 would read the key `on:` of a reaction as True).
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_Loader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                              list("tTfF"))
-
-
 def _bundled_dir() -> Any:
     return importlib.resources.files("runbook") / "scenarios"
 
@@ -724,10 +697,15 @@ def scenario_names() -> list[str]:
 
 def parse_scenario(text: str, source: str) -> Scenario:
     """A scenario from YAML text; `source` names it in errors."""
-    try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as e:
-        raise InvalidInput(f"{source}: not valid YAML: {e}") from None
+    from runbook.loading.yamlsource import load_yaml
+
+    # YAML 1.2 booleans: only true/false (YAML 1.1 would read the key `on:` of a reaction as True).
+    doc = load_yaml(text, file=source, kind="scenario", only_true_false=True)
+    if doc.problems:
+        count = len(doc.problems)
+        raise InvalidInput(f"{source}: not valid YAML ({count} problem{'s' if count != 1 else ''}):\n"
+                           + "\n".join(p.format(code=False) for p in sorted(doc.problems)))
+    data = doc.data
     if not isinstance(data, dict):
         raise InvalidInput(f"{source}: a scenario is a mapping, found {type(data).__name__}")
     try:
@@ -747,10 +725,15 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     text_name = str(name_or_path)
     path = Path(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text_name or text_name.endswith((".yaml", ".yml")) or path.is_file():
+        from runbook.loading.yamlsource import read_yaml_text
+
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_yaml_text(path)
         except OSError as e:
             raise InvalidInput(f"cannot read scenario file {path}: {e.strerror or e}") from None
+        except UnicodeDecodeError as e:
+            raise InvalidInput(f"cannot read scenario file {path}: byte {e.start} is not UTF-8 text; "
+                               "save the file as UTF-8") from None
         return parse_scenario(text, str(path))
     resource = _bundled_dir() / f"{text_name}.yaml"
     if not resource.is_file():

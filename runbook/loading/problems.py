@@ -77,10 +77,13 @@ class Problem:
             return f"{self.file}:{self.line}"
         return f"{self.file}:{self.line}:{self.column}"
 
-    def format(self) -> str:
-        """Two lines (three when the hint is long): where and what, then the explanation."""
+    def format(self, *, code: bool = True) -> str:
+        """Two lines (three when the hint is long): where and what, then the explanation.
+
+        `code=False` leaves out `[RB… slug]`, whose names are a playbook's, for other files.
+        """
         head = "  ".join(part for part in (self.location, self.path) if part)
-        lines = [f"{head}  [{self.code} {self.slug}]"]
+        lines = [f"{head}  [{self.code} {self.slug}]" if code else head]
         message = self.message
         hint = self.hint
         if hint and "\n" not in message and len(message) + 2 + len(hint) <= _ONE_LINE_LIMIT:

@@ -17,7 +17,7 @@ import pydantic
 
 from runbook.engine import templating
 from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
-from runbook.loading.yamlsource import Positions, load_yaml
+from runbook.loading.yamlsource import Positions, load_yaml, read_yaml_text
 from runbook.model.playbook import Playbook
 from runbook.registry import Registry
 
@@ -62,7 +62,7 @@ def default_paths() -> list[Path]:
 def load_playbook_file(path: str | Path, registry: Registry, *, label: str | None = None) -> LoadResult:
     file = label or str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_yaml_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "it is not UTF-8 text"
         return LoadResult(file, None, (problem("not-a-playbook", file=file, position=None, path="",

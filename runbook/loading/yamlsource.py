@@ -1,12 +1,14 @@
-"""Read YAML safely into plain data while remembering where every key and value sits in the file.
-YAML's own mistakes (syntax, duplicate keys, odd keys, alias bombs) come back as problems."""
+"""The one YAML loader: every file runbook reads (playbooks, config, scenarios, profiles, kubeconfigs)
+comes in here, safely, with positions; its mistakes (syntax, duplicates, alias bombs, size) are problems."""
 
 from __future__ import annotations
 
 import dataclasses
+import errno
+import functools
 import os
+import re
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -16,6 +18,7 @@ from runbook.errors import InvalidInput
 from runbook.loading.problems import Problem, problem, render_value
 
 __all__ = [
+    "MAX_BYTES",
     "MAX_DEPTH",
     "MAX_NODES",
     "LoadedDocument",
@@ -23,6 +26,7 @@ __all__ = [
     "Positions",
     "load_yaml",
     "load_yaml_file",
+    "read_yaml_text",
 ]
 
 PathTuple = tuple[str | int, ...]
@@ -32,12 +36,27 @@ PathTuple = tuple[str | int, ...]
 _COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_NODES = 100_000
+# The largest kubeconfigs (hundreds of clusters, certificates inline) are a few MiB; a bigger file
+# is a mistake or an attack, and is refused before the parser spends time and memory on it.
+MAX_BYTES = 8 * 2**20
 # Real playbooks nest a handful of levels; this stays well inside Python's recursion limit.
 MAX_DEPTH = 100
 
 _MAP_TAG = "tag:yaml.org,2002:map"
 _SEQ_TAG = "tag:yaml.org,2002:seq"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+
+
+@functools.cache
+def _only_true_false(loader: type) -> type:
+    """`loader` with YAML 1.2 booleans: yes/no/on/off stay text, so a key `on:` is the word on."""
+    resolvers = {first: [(tag, regexp) for tag, regexp in found if tag != _BOOL_TAG]
+                 for first, found in loader.yaml_implicit_resolvers.items()}
+    strict = type(f"TrueFalse{loader.__name__}", (loader,), {"yaml_implicit_resolvers": resolvers})
+    strict.add_implicit_resolver(_BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                 list("tTfF"))
+    return strict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +144,9 @@ class _Refused(Exception):
 class _Builder:
     """Walks a composed node tree into plain data, recording positions and problems."""
 
-    def __init__(self, file: str):
+    def __init__(self, file: str, kind: str = "playbook"):
         self.file = file
+        self.kind = kind
         # Only used to construct scalars, exactly as safe_load would (ints, floats, dates, …).
         self.loader = yaml.SafeLoader("")
         self.keys: dict[PathTuple, Position] = {}
@@ -163,7 +183,7 @@ class _Builder:
             raise _Refused(problem(
                 "not-a-playbook", file=self.file, position=_position(node), path=path[:1],
                 message=f"values are nested more than {MAX_DEPTH} levels deep here",
-                hint="a playbook is only a few levels deep; check the structure",
+                hint=f"a {self.kind} is only a few levels deep; check the structure",
             ))
         if id(node) in self.active:
             raise _Refused(problem(
@@ -187,7 +207,7 @@ class _Builder:
         # plain shape so the rest can be checked, and say that the tag is not supported.
         if node.tag != expected:
             self.report("yaml-syntax", node, path, f"the YAML tag `{_tag(node)}` is not supported",
-                        "remove the tag; playbooks use plain mappings, lists and values")
+                        f"remove the tag; a {self.kind} uses plain mappings, lists and values")
 
     def scalar(self, node: ScalarNode, path: PathTuple) -> Any:
         try:
@@ -353,34 +373,46 @@ def _syntax_hint(message: str, line_text: str) -> str:
     return "check the indentation and quoting around this line"
 
 
-def load_yaml(text: str, *, file: str) -> LoadedDocument:
-    """Parse one YAML document safely; every problem found comes back, nothing is raised."""
+def load_yaml(text: str, *, file: str, kind: str = "playbook", only_true_false: bool = False) -> LoadedDocument:
+    """Parse one YAML document safely; every problem found comes back, nothing is raised.
+
+    `kind` names the file in hints ("scenario", "kubeconfig"); `only_true_false` reads booleans
+    as YAML 1.2 does (yes, no, on and off stay text), for files whose keys include `on:`.
+    """
+    if len(text) > MAX_BYTES:  # characters, so a bound on bytes too; read_yaml_text stops earlier
+        return LoadedDocument(None, Positions(), (problem(
+            "not-a-playbook", file=file, position=None, path="",
+            message=f"the file is larger than {MAX_BYTES // 2**20} MiB; refusing to load it",
+            hint=f"a {kind} is far smaller; check that this is the file you meant",
+        ),))
+    composer, fallback = _COMPOSER, yaml.SafeLoader
+    if only_true_false:
+        composer, fallback = _only_true_false(composer), _only_true_false(fallback)
     try:
         # SafeLoader only: the document is data, never a request to build Python objects.
         try:
-            documents = list(yaml.compose_all(text, Loader=_COMPOSER))
+            documents = list(yaml.compose_all(text, Loader=composer))
         except yaml.YAMLError:
-            if _COMPOSER is yaml.SafeLoader:
+            if composer is fallback:
                 raise
             # The pure-Python composer words and places syntax errors best: ask it again.
-            documents = list(yaml.compose_all(text, Loader=yaml.SafeLoader))
+            documents = list(yaml.compose_all(text, Loader=fallback))
     except yaml.YAMLError as exc:
         return LoadedDocument(None, Positions(), (_syntax_problem(exc, text, file),))
     except RecursionError:
         return LoadedDocument(None, Positions(), (problem(
             "not-a-playbook", file=file, position=None, path="",
             message="values are nested too deeply to read",
-            hint="a playbook is only a few levels deep; check the brackets",
+            hint=f"a {kind} is only a few levels deep; check the brackets",
         ),))
 
     if not documents:
         return LoadedDocument(None, Positions(), (problem(
             "not-a-playbook", file=file, position=None, path="",
-            message="the file is empty",
-            hint="a playbook is a YAML mapping of keys (such as `steps:`) to values",
+            message="the file is empty", hint=_mapping_hint(kind),
         ),))
 
-    builder = _Builder(file)
+    builder = _Builder(file, kind)
     if len(documents) > 1:
         builder.report("not-a-playbook", documents[1], (),
                        f"the file holds {len(documents)} YAML documents; expected one",
@@ -396,25 +428,44 @@ def load_yaml(text: str, *, file: str) -> LoadedDocument:
             message="values are nested too deeply to read", hint="check the structure"),))
 
     if data is None and isinstance(root, ScalarNode):
-        builder.report("not-a-playbook", root, (), "the document is empty",
-                       "a playbook is a YAML mapping of keys (such as `steps:`) to values")
+        builder.report("not-a-playbook", root, (), "the document is empty", _mapping_hint(kind))
     problems = tuple(dict.fromkeys(builder.problems))  # merges can report one key twice
     return LoadedDocument(data, Positions(builder.keys, builder.values), problems)
 
 
-def load_yaml_file(path: str | os.PathLike[str]) -> LoadedDocument:
+def _mapping_hint(kind: str) -> str:
+    if kind == "playbook":
+        return "a playbook is a YAML mapping of keys (such as `steps:`) to values"
+    return f"a {kind} is a YAML mapping of keys to values"
+
+
+def read_yaml_text(path: str | os.PathLike[str]) -> str:
+    """A YAML file's UTF-8 text, read no further than MAX_BYTES.
+
+    Raises what `Path.read_text` does (OSError, UnicodeDecodeError), and OSError EFBIG for a
+    file over the limit, so each caller's own "cannot read" message covers that case too.
+    """
+    with open(path, "rb") as file:
+        raw = file.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise OSError(errno.EFBIG, f"it is larger than {MAX_BYTES // 2**20} MiB, "
+                                   "far more than any file runbook reads should be")
+    return raw.decode("utf-8")
+
+
+def load_yaml_file(path: str | os.PathLike[str], *, kind: str = "playbook",
+                   only_true_false: bool = False) -> LoadedDocument:
     """Read and parse a file; problems are labelled with `path` exactly as given.
 
     Raises InvalidInput when the file cannot be read at all.
     """
     label = os.fspath(path)
     try:
-        raw = Path(path).read_bytes()
+        text = read_yaml_text(path)
     except OSError as exc:
         raise InvalidInput(f"cannot read {label}: {exc.strerror or exc}") from exc
-    try:
-        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
+        raw = exc.object
         line = raw.count(b"\n", 0, exc.start) + 1
         column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
         return LoadedDocument(None, Positions(), (problem(
@@ -422,4 +473,4 @@ def load_yaml_file(path: str | os.PathLike[str]) -> LoadedDocument:
             message=f"the file is not UTF-8 text (byte 0x{raw[exc.start]:02x} here)",
             hint="save the file as UTF-8",
         ),))
-    return load_yaml(text, file=label)
+    return load_yaml(text, file=label, kind=kind, only_true_false=only_true_false)

@@ -251,7 +251,7 @@ def test_points_must_move_forward():
 
 
 def test_yaml_problems():
-    assert "duplicate key 'name'" in problems(MINIMAL + "name: again\n")
+    assert "key `name` appears twice" in problems(MINIMAL + "name: again\n")
     assert "not valid YAML" in problems("name: [unclosed\n")
     assert "a scenario is a mapping" in problems("- a\n- b\n")
     assert "start: Input should have timezone info" in problems(MINIMAL.replace("03:12:07Z", "03:12:07"))
