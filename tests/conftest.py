@@ -33,8 +33,7 @@ def reference_path(relative: str) -> Path:
     path = REFERENCE / relative
     if path.is_file():
         return path
-    reason = (f"reference file {relative} not available (expected under {REFERENCE}: the real captures sit "
-              f"beside the clone, in shared/reference)")
+    reason = f"reference file {relative} not available (the real captures belong beside the clone, in {REFERENCE})"
     if REQUIRE_REFERENCE:
         pytest.fail(f"RUNBOOK_REQUIRE_REFERENCE=1 but {reason}", pytrace=False)
     pytest.skip(reason)
