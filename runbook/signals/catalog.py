@@ -244,11 +244,11 @@ def _profile_path(name: str, relative_to: Path | None = None) -> Path:
 
 def _read_profile(path: Path) -> tuple[Profile, Any, str]:
     from runbook.loading.problems import problems_from_validation_error
-    from runbook.loading.yamlsource import load_yaml
+    from runbook.loading.yamlsource import load_yaml, read_yaml_text
 
     label = _label(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_yaml_text(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidInput(f"cannot read the signal profile {label}: {exc}") from None
     doc = load_yaml(text, file=label)
