@@ -1,21 +1,26 @@
-"""The ack path: a verified delivery is deduplicated, journaled (fsynced) and committed before the 2xx.
+"""The ack path: a verified delivery is deduplicated, committed and journaled (fsynced) before the 2xx.
 
-Keys and the journal line are written under one store transaction; if the journal cannot be
-written, nothing is committed and the caller answers 503 so the sender retries. With several
-replicas (`--coordination kubernetes`) each new key is also claimed in the shared state first,
-and the claims are committed just before the local commit (see `coordination`).
+A delivery is committed whole or not at all, its journal lines with it as lines owed; they are
+appended to the journals after the commit, once each (a line already there is not written again),
+and a run never starts before its incident's lines are written. If the journal cannot be written
+the caller answers 503: the retry is a duplicate, answered 2xx only once every line it owes is on
+disk. With several replicas (`--coordination kubernetes`) each new key is also claimed in the
+shared state first, and the claims are committed just before the local commit (see `coordination`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Collection, Hashable
 from pathlib import Path
 from typing import Any
 
+from runbook import journal as journals
 from runbook.clock import Clock
+from runbook.errors import JournalError
 from runbook.model import events as ev
 from runbook.webhook import records
 from runbook.webhook.coordination import Claim, ClaimedElsewhere, Coordination, LocalCoordination, claims_released
@@ -25,7 +30,8 @@ from runbook.webhook.store import Store
 
 
 class Busy(Exception):
-    """The run queue is full: answered 503 with Retry-After, before anything is written."""
+    """Runs already wait in the store beyond the queue's size: answered 503 with Retry-After, before
+    anything is written. It depends on the backlog before a delivery, never on its size."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,13 +46,22 @@ def incident_id(at: dt.datetime, playbook: str | None, incident_key: str) -> str
     return f"{at.strftime('%Y%m%d-%H%M%S')}-{playbook or 'unmatched'}-{digest(incident_key)[:8]}"
 
 
+def _mark(type: str, step: str | None, data: dict[str, Any]) -> Hashable:
+    """What makes a webhook journal line unique in its incident: the event that caused it, and what it says."""
+    delivery = data.get("delivery")
+    cause = delivery.get("event_key") if isinstance(delivery, dict) else data.get("event_key")
+    return type, step, cause
+
+
 class Intake:
-    def __init__(self, *, store: Store, state: Path, router: Router, clock: Clock, room: Callable[[], int],
+    def __init__(self, *, store: Store, state: Path, router: Router, clock: Clock, backlog_limit: int,
                  coordination: Coordination | None = None):
-        self.store, self.state, self.router, self.clock, self.room = store, state, router, clock, room
+        self.store, self.state, self.router, self.clock = store, state, router, clock
+        self.backlog_limit = backlog_limit  # runs waiting in the store before new ones are refused (Busy)
         self.coordination = coordination or LocalCoordination()
 
     def accept(self, delivery: Delivery) -> Ack:
+        """Commit the delivery whole, then journal what it owes; JournalError (503) if that fails."""
         now = self.clock.now()
         at = now.timestamp()
         delivery_key = f"{delivery.source}-delivery|{delivery.delivery_key}" if delivery.delivery_key else None
@@ -54,10 +69,12 @@ class Intake:
         queued: list[str] = []
         claims: list[Claim] = []  # shared claims made for this delivery: released if it fails
         done: list[tuple[Claim, str | None]] = []
+        duplicate: Ack | None = None
         with claims_released(self.coordination, claims), self.store.transaction() as db:
             if delivery_key is not None and (prior := Store.seen(db, delivery_key)) is not None:
-                return Ack(200, {"duplicate": True, "incident": prior or None})
-            for inbound in delivery.inbound:
+                duplicate = Ack(200, {"duplicate": True, "incident": prior or None})
+            full = duplicate is None and Store.waiting_count(db) >= self.backlog_limit
+            for inbound in delivery.inbound if duplicate is None else ():
                 prior = Store.seen(db, inbound.event_key)
                 if prior is not None:
                     results.append({"verdict": "duplicate", "incident": prior or None})
@@ -71,7 +88,7 @@ class Intake:
                     continue
                 if claim is not None:
                     claims.append(claim)
-                verdict, incident = self._one(db, inbound, now, len(queued), claims, done)
+                verdict, incident = self._one(db, inbound, now, full, claims, done)
                 Store.remember(db, inbound.event_key, delivery.source, incident, at)
                 results.append({"verdict": verdict, "incident": incident})
                 if verdict == "queued":
@@ -82,6 +99,11 @@ class Intake:
                 Store.remember(db, delivery_key, delivery.source, results[0]["incident"] if results else None, at)
             for claim, incident in done:  # last thing before the local commit
                 self.coordination.commit(claim, incident)
+        # Nothing is acknowledged before its journal lines are on disk; a retry writes what a failure left.
+        if duplicate is not None:
+            self.journal_owed([duplicate.body["incident"]] if duplicate.body["incident"] else [])
+            return duplicate
+        self.journal_owed([r["incident"] for r in results if r["incident"]])
         if delivery.ignored and not delivery.inbound:
             return Ack(200, {"ignored": delivery.ignored})
         duplicate = bool(results) and all(r["verdict"] == "duplicate" for r in results)
@@ -89,13 +111,48 @@ class Intake:
         body["alerts"] = results
         return Ack(200 if duplicate else 202, body, tuple(queued))
 
-    def _one(self, db: sqlite3.Connection, inbound: Inbound, now: dt.datetime, queued: int,
+    def journal_owed(self, incidents: Collection[str] | None = None) -> None:
+        """Append the lines the store owes to these incidents' journals (or to all), each once, in order.
+
+        Under the store's write lock, so two threads or processes never write one line twice; a
+        line already in the journal (written before a crash or a failed commit) is only settled.
+        An incident whose journal cannot be written keeps its lines; the others go on; the first
+        error is raised after the progress is committed.
+        """
+        if incidents is not None and not incidents:
+            return
+        failed: JournalError | None = None
+        with self.store.transaction() as db:
+            lines: dict[str, list[Any]] = {}
+            for line in Store.owed(db, incidents):
+                lines.setdefault(line.incident, []).append(line)
+            for incident, owed in lines.items():
+                try:
+                    present = self._journaled(incident)
+                    for line in owed:
+                        mark = _mark(line.type, line.step, line.data)
+                        if mark not in present:
+                            records.write(self.state, incident, line.type, at=line.at, step=line.step, data=line.data)
+                            present.add(mark)
+                        Store.settle(db, line.id)
+                except JournalError as exc:
+                    failed = failed or exc
+        if failed is not None:
+            raise failed
+
+    def _journaled(self, incident: str) -> set[Hashable]:
+        path = journals.incident_dir(self.state, incident) / "journal.jsonl"
+        if not os.path.lexists(path):
+            return set()
+        return {_mark(e.type, e.step, e.data) for e in journals.read_journal(path).events}
+
+    def _one(self, db: sqlite3.Connection, inbound: Inbound, now: dt.datetime, full: bool,
              claims: list[Claim], done: list[tuple[Claim, str | None]]) -> tuple[str, str]:
         existing = Store.incident_by_key(db, inbound.incident_key)
         if existing is not None:
-            self._journal(existing.id, inbound, now, None)
+            self._journal(db, existing.id, inbound, now, None)
             if inbound.effect == "close":
-                self._close(db, existing.id, now)
+                self._close(db, existing.id, inbound, now)
                 return "closed", existing.id
             return "recorded", existing.id
         route = self.router.route(inbound)
@@ -108,7 +165,7 @@ class Intake:
         elif route.refused:
             state = "refused"
         else:
-            if self.room() - queued <= 0:
+            if full:
                 raise Busy("the run queue is full")
             state = "pending"
             # Different events of one incident can reach different replicas: the run is claimed too.
@@ -123,32 +180,36 @@ class Intake:
                 claims.append(claim)
                 done.append((claim, incident))
         routing = {"playbook": name, "params": route.params, "refused": route.refused}
-        self._journal(incident, inbound, now, routing)
+        self._journal(db, incident, inbound, now, routing)
         if state == "elsewhere":
-            records.write(self.state, incident, ev.NOTE, at=now,
-                          data={"message": "not run here: another replica has opened this incident"})
+            Store.owe(db, incident, ev.NOTE, at=now.timestamp(), data={
+                "message": "not run here: another replica has opened this incident", "event_key": inbound.event_key})
         if state in ("unmatched", "refused"):
             why = route.refused or f"no playbook matches {inbound.alert.name or inbound.title!r}"
-            records.write(self.state, incident, ev.NOTE, at=now, data={"message": f"not run: {why}"})
+            Store.owe(db, incident, ev.NOTE, at=now.timestamp(),
+                      data={"message": f"not run: {why}", "event_key": inbound.event_key})
         Store.add_incident(db, id=incident, source=inbound.source, source_key=inbound.incident_key, playbook=name,
                            params=route.params, alert=inbound.alert.to_json(), state=state, at=now.timestamp())
         if state == "closed":
             db.execute("UPDATE incidents SET closed = ? WHERE id = ?", (now.timestamp(), incident))
         return ("queued" if state == "pending" else state), incident
 
-    def _journal(self, incident: str, inbound: Inbound, now: dt.datetime, routing: dict[str, Any] | None) -> None:
+    @staticmethod
+    def _journal(db: sqlite3.Connection, incident: str, inbound: Inbound, now: dt.datetime,
+                 routing: dict[str, Any] | None) -> None:
         data: dict[str, Any] = {**inbound.alert.to_json(), "delivery": {**inbound.details, "event_key": inbound.event_key,
-                                                                      "occurred_at": inbound.occurred_at}}
+                                                                      "occurred_at": ev.iso_ms(inbound.occurred_at)}}
         if routing is not None:
             data["route"] = routing
-        records.write(self.state, incident, ev.ALERT_RECEIVED, at=now, data=data)
+        Store.owe(db, incident, ev.ALERT_RECEIVED, at=now.timestamp(), data=data)
 
-    def _close(self, db: sqlite3.Connection, incident: str, now: dt.datetime) -> None:
+    @staticmethod
+    def _close(db: sqlite3.Connection, incident: str, inbound: Inbound, now: dt.datetime) -> None:
         before = Store.mark_closed(db, incident, now.timestamp())
         for proposal in db.execute("SELECT id, step FROM proposals WHERE incident = ? AND state IN "
                                    "('pending', 'approved')", (incident,)).fetchall():
             Store.set_proposal(db, proposal["id"], "closed", result="the alert resolved")
-            records.write(self.state, incident, records.PROPOSAL_CLOSED, at=now, step=proposal["step"],
-                          data={"reason": "the alert resolved"})
-        records.write(self.state, incident, records.INCIDENT_CLOSED, at=now,
-                      data={"reason": "the alert resolved", "state_before": before})
+            Store.owe(db, incident, records.PROPOSAL_CLOSED, at=now.timestamp(), step=proposal["step"],
+                      data={"reason": "the alert resolved", "event_key": inbound.event_key})
+        Store.owe(db, incident, records.INCIDENT_CLOSED, at=now.timestamp(),
+                  data={"reason": "the alert resolved", "state_before": before, "event_key": inbound.event_key})

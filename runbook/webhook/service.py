@@ -16,7 +16,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runbook import settings
+from runbook import safe_fs, settings
 from runbook.backends.base import World
 from runbook.clock import Clock, SystemClock
 from runbook.errors import JournalError
@@ -74,7 +74,7 @@ class Service:
                          kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock,
                          namespaces=namespaces)
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
-                             room=self.worker.room, coordination=self.coordination)
+                             backlog_limit=config.queue_size, coordination=self.coordination)
         self._sweeper_enabled = sweeper
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
@@ -83,7 +83,8 @@ class Service:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Take over the runs a dead process left `running`, start the workers, queue what waits."""
+        """Take over the runs a dead process left `running`, start the workers, queue what waits
+        (the sweep first writes the journal lines a crash left owed: no run starts before them)."""
         at = self.clock.now().timestamp()
         for row in self.store.incidents("running"):
             host, _, pid = (row.owner or "").rpartition(":")
@@ -115,7 +116,8 @@ class Service:
     def accept(self, delivery: Delivery) -> Ack:
         ack = self.intake.accept(delivery)
         for incident in ack.queued:
-            self.worker.offer(incident)  # when full, the sweeper offers it again later
+            if not self.worker.offer(incident):
+                break  # the queue is full: the sweeper offers the rest, oldest first, so the order holds
         return ack
 
     # -- proposals -------------------------------------------------------------------------
@@ -160,15 +162,20 @@ class Service:
     # -- upkeep ----------------------------------------------------------------------------
 
     def sweep(self) -> None:
-        """Expire proposals, queue incidents that wait (after a full queue or a restart), forget old keys."""
+        """Write owed journal lines, expire proposals, queue incidents that wait (after a full queue or a
+        restart) oldest first, forget old keys."""
         now = self.clock.now()
+        try:
+            self.intake.journal_owed()
+        except JournalError as exc:  # those incidents wait; the others are queued all the same
+            log.error("journal lines of an accepted delivery are still owed: %s", exc)
         for proposal in self.store.proposals("pending"):
             if now.timestamp() > proposal.expires:
                 with self.store.transaction() as db:
                     current = Store.latest_proposal(db, proposal.incident, proposal.step)
                     if current is not None and current.id == proposal.id and current.state == "pending":
                         self._expire(db, proposal.id, proposal.incident, proposal.step, now)
-        for row in self.store.incidents("pending", "approved", "interrupted"):
+        for row in self.store.runnable():
             if not self.worker.offer(row.id):
                 break
         if now.timestamp() - self._last_purge > 3600 or self._last_purge > now.timestamp():
@@ -188,8 +195,12 @@ class Service:
         found = []
         probe = self.state / "incidents" / f".ready-{os.getpid()}"
         try:
-            probe.parent.mkdir(parents=True, exist_ok=True)
-            probe.write_bytes(b"ok")
+            safe_fs.private_dir(probe.parent)
+            fd = safe_fs.open_private(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            try:
+                os.write(fd, b"ok")
+            finally:
+                os.close(fd)
             probe.unlink()
         except OSError as exc:
             found.append(f"the journal directory {probe.parent} is not writable: {exc.strerror}")
