@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from runbook import redaction
+from runbook import redaction, safe_fs
 from runbook.errors import JournalError
 from runbook.model import events as ev
 
@@ -85,15 +85,20 @@ class JsonlJournal:
     def __init__(self, path: Path, *, incident: str, run: str):
         self.path, self.incident, self.run = Path(path), incident, run
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+            safe_fs.private_dir(self.path.parent)
+            self._fd = _open_journal(self.path)
         except OSError as exc:
-            raise JournalError(f"cannot open the journal {self.path}: {exc.strerror}") from exc
+            raise JournalError(f"cannot open the journal {self.path}: {safe_fs.reason(exc)}") from None
         self._listeners: list[Any] = []
 
     @classmethod
     def for_incident(cls, state: Path, incident: str, run: str) -> "JsonlJournal":
-        return cls(incident_dir(state, incident) / "journal.jsonl", incident=incident, run=run)
+        folder = incident_dir(state, incident)
+        try:
+            safe_fs.private_dir(folder.parent)  # incidents/ itself must not be a link either
+        except OSError as exc:
+            raise JournalError(f"cannot open the incidents folder {folder.parent}: {safe_fs.reason(exc)}") from None
+        return cls(folder / "journal.jsonl", incident=incident, run=run)
 
     def subscribe(self, listener: Any) -> None:
         """`listener(event)` is called after each event is on disk (the CLI's live view)."""
@@ -109,12 +114,12 @@ class JsonlJournal:
                 size = os.fstat(self._fd).st_size
                 if size and os.pread(self._fd, 1, size - 1) != b"\n":
                     # A writer died mid-line: end that torn line so this event stands on its own.
-                    os.write(self._fd, b"\n")
-                seq = _last_seq(self.path) + 1
+                    safe_fs.write_all(self._fd, b"\n")
+                seq = _last_seq(self._fd) + 1
                 event = ev.Event(seq=seq, at=at, incident=self.incident, run=self.run, type=type, step=step,
                                  data=payload)
                 line = json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-                os.write(self._fd, line.encode("utf-8"))
+                safe_fs.write_all(self._fd, line.encode("utf-8"))
                 os.fsync(self._fd)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -138,24 +143,36 @@ class JsonlJournal:
             self._fd = -1
 
 
-def _last_seq(path: Path) -> int:
-    """The sequence number of the last complete line, reading only the file's tail."""
-    with open(path, "rb") as handle:
-        handle.seek(0, os.SEEK_END)
-        size = handle.tell()
-        chunk = min(size, 65536)
-        while True:
-            handle.seek(size - chunk)
-            tail = handle.read(chunk)
-            lines = [line for line in tail.split(b"\n") if line.strip()]
-            for line in reversed(lines if chunk == size else lines[1:]):
-                try:
-                    return int(json.loads(line)["seq"])
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn line: look further back
-            if chunk == size:
-                return 0
-            chunk = min(size, chunk * 4)
+def _open_journal(path: Path) -> int:
+    """The journal's descriptor, never through a link; a journal just created is made durable by name too."""
+    try:
+        fd = safe_fs.open_private(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        return safe_fs.open_private(path, os.O_RDWR | os.O_APPEND)
+    try:
+        # Without this, a crash can keep the fsynced lines but lose the file's entry in the folder.
+        safe_fs.fsync_dir(path.parent)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _last_seq(fd: int) -> int:
+    """The sequence number of the last complete line, reading only the tail of the file we hold."""
+    size = os.fstat(fd).st_size
+    chunk = min(size, 65536)
+    while True:
+        tail = os.pread(fd, chunk, size - chunk)
+        lines = [line for line in tail.split(b"\n") if line.strip()]
+        for line in reversed(lines if chunk == size else lines[1:]):
+            try:
+                return int(json.loads(line)["seq"])
+            except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
+                continue  # a torn or corrupt line: look further back
+        if chunk == size:
+            return 0
+        chunk = min(size, chunk * 4)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
+from runbook import safe_fs
 from runbook.errors import Refused
 
 
@@ -49,18 +50,27 @@ class LocalLocks:
     def __init__(self, state: Path):
         self.root = Path(state) / "locks"
 
+    def path_of(self, target: str) -> Path:
+        return self.root / _lock_name(target)
+
     @contextlib.contextmanager
     def hold(self, target: str, *, holder: str, namespace: str | None = None) -> Iterator[HeldLock]:
-        self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / _lock_name(target)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        path = self.path_of(target)
+        try:
+            safe_fs.private_dir(self.root)
+            # Never through a planted link: the holder is written into the file we opened, and only there.
+            fd = safe_fs.open_private(path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            raise Refused("lock", f"cannot open the lock file {path}: {safe_fs.reason(exc)}") from None
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                raise Refused("lock", f"{target} is locked by {_read_holder(path)}; wait for that run to finish") from None
+                raise Refused("lock", f"{target} is locked by {_read_holder(fd)}; wait for that run to finish") from None
             os.ftruncate(fd, 0)
-            os.pwrite(fd, json.dumps({"holder": holder, "pid": os.getpid(), "target": target}).encode(), 0)
+            # Each pwrite goes at the end of what is written so far: a short write goes on where it stopped.
+            safe_fs.write_all(fd, json.dumps({"holder": holder, "pid": os.getpid(), "target": target}).encode(),
+                              write=lambda fd, data: os.pwrite(fd, data, os.fstat(fd).st_size))
             try:
                 yield HeldLock()  # flock is held until released or the process dies: never lost
             finally:
@@ -70,12 +80,12 @@ class LocalLocks:
             os.close(fd)
 
 
-def _read_holder(path: Path) -> str:
+def _read_holder(fd: int) -> str:
     try:
-        info = json.loads(path.read_text() or "{}")
+        info = json.loads(os.pread(fd, 65536, 0) or b"{}")
     except (OSError, ValueError):
         return "another run"
-    if not info:
+    if not isinstance(info, dict) or not info:
         return "another run"
     return f"{info.get('holder', 'another run')} (pid {info.get('pid', '?')})"
 

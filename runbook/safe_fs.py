@@ -41,6 +41,7 @@ def private_dir(path: Path) -> Path:
             os.fchmod(fd, DIR_MODE)
         finally:
             os.close(fd)
+        fsync_dir(component.parent)  # the new name survives a crash, like the files later made in it
     os.close(_open_dir(path))
     return path
 
@@ -91,6 +92,15 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def reason(exc: OSError) -> str:
+    """What went wrong with a file of ours, for a message that says what to do."""
+    if exc.errno == errno.ELOOP:
+        where = exc.filename or "it"
+        return (f"{where} is a symbolic link where a file or folder of runbook's should be (someone planted it): "
+                f"remove it, and check who else can write to its folder")
+    return exc.strerror or str(exc)
+
+
 def _who(uid: int) -> str:
     try:
         return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
@@ -98,8 +108,8 @@ def _who(uid: int) -> str:
         return f"uid {uid}"
 
 
-def check_state_dir(path: Path) -> Path:
-    """The state directory, created 0700 if missing; refused if anyone but us could steer it.
+def check_state_dir(path: Path, *, create: bool = True) -> Path:
+    """The state directory, created 0700 if missing (unless `create` is false); refused if anyone but us could steer it.
 
     Refused: a directory writable by group or others (1777 included), one owned by another user,
     and a symbolic link owned by someone other than us or root (its owner could point it elsewhere).
@@ -110,6 +120,8 @@ def check_state_dir(path: Path) -> Path:
     instead = "or point RUNBOOK_STATE_DIR at a directory only you can write"
     try:
         if not os.path.lexists(path):
+            if not create:
+                return path  # nothing there to read yet, and nothing to refuse
             private_dir(path)
         link = os.lstat(path)
         if stat.S_ISLNK(link.st_mode) and link.st_uid not in (me, 0):

@@ -10,6 +10,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from runbook import safe_fs
+
 KILL_SWITCH_ENV = "RUNBOOK_KILL_SWITCH"
 KILL_SWITCH_FILE = "KILL"
 
@@ -23,11 +25,17 @@ def state_dir(env: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".local" / "state" / "runbook"
 
 
+def checked_state_dir(env: Mapping[str, str] | None = None, *, create: bool = True) -> Path:
+    """The state directory, created 0700 if missing; UnsafeStateDir (exit 2, with the fix) if others could steer it."""
+    return safe_fs.check_state_dir(state_dir(env), create=create)
+
+
 def kill_switch(state: Path, env: Mapping[str, str] | None = None) -> str | None:
     """Why every remediation is refused right now, or None when the switch is off."""
     env = os.environ if env is None else env
     if env.get(KILL_SWITCH_ENV, "").strip().lower() in {"1", "true", "yes", "on"}:
         return f"{KILL_SWITCH_ENV} is set; unset it to allow remediations"
-    if (state / KILL_SWITCH_FILE).exists():
+    # Any entry named KILL counts, a dangling link included: when in doubt, stop.
+    if os.path.lexists(state / KILL_SWITCH_FILE):
         return f"{state / KILL_SWITCH_FILE} exists; remove it to allow remediations"
     return None

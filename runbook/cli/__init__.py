@@ -89,7 +89,8 @@ def _say(message: str) -> None:
 def main(ctx: click.Context, debug: bool) -> None:
     """Incident response for vLLM serving: playbooks, guarded fixes, journals, RCA.
 
-    State (journals, locks) lives in RUNBOOK_STATE_DIR (default ~/.local/state/runbook).
+    State (journals, locks) lives in RUNBOOK_STATE_DIR (default ~/.local/state/runbook), which
+    must be yours and writable by you alone (chmod 700).
     Set RUNBOOK_KILL_SWITCH=1, or create the file KILL in the state directory, to refuse
     every remediation. Exit codes: 0 ok, 1 failed, 2 usage, 3 invalid input, 4 refused.
     """

@@ -34,15 +34,15 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
     if not scenario:
         raise click.UsageError(f"name a scenario: {', '.join(scenarios.scenario_names())} (or --list)")
 
-    from runbook import settings
     from runbook.cli.live import LiveView
     from runbook.cli.prompt import operator_for
     from runbook.cli.signals import run_signals
+    from runbook.cli.state import state_directory
     from runbook.drill.run import run_drill
     from runbook.engine.runner import default_operator_name
 
     console = stderr_console()
-    state = settings.state_dir()
+    state = state_directory()
 
     def on_start(s, playbook, incident):
         if output == "text":

@@ -17,16 +17,17 @@ from runbook.errors import InvalidInput
 @output_option
 def incidents(output: str) -> None:
     """List incidents: id, playbook, started, outcome."""
-    from runbook import settings
+    from runbook.cli.state import state_directory
     from runbook.journal import list_incidents
 
-    found = list_incidents(settings.state_dir())
+    state = state_directory(create=False)
+    found = list_incidents(state)
     if output == "json":
         print_json([{"id": i.id, "playbook": i.playbook, "started": i.started.isoformat() if i.started else None,
                      "outcome": i.outcome, "journal": str(i.path)} for i in found])
         return
     if not found:
-        stderr_console().print(f"no incidents in {settings.state_dir()}", markup=False)
+        stderr_console().print(f"no incidents in {state}", markup=False)
         return
     from rich.table import Table
 
@@ -49,15 +50,16 @@ def incidents(output: str) -> None:
               help="A Jinja2 template to use instead of the bundled one.")
 def rca(incident: str, out: str | None, fmt: str, template: Path | None) -> None:
     """Write the RCA report of INCIDENT (an id from `runbook incidents`, or a journal path)."""
-    from runbook import settings
+    from runbook.cli.state import state_directory
     from runbook.journal import incident_dir, read_journal
     from runbook.reporting.rca import render, write_report
 
     path = Path(incident)
     if not path.is_file():
-        path = incident_dir(settings.state_dir(), incident) / "journal.jsonl"
+        state = state_directory(create=False)
+        path = incident_dir(state, incident) / "journal.jsonl"
         if not path.is_file():
-            raise InvalidInput(f"no incident {incident!r} in {settings.state_dir()} (see `runbook incidents`)")
+            raise InvalidInput(f"no incident {incident!r} in {state} (see `runbook incidents`)")
     read = read_journal(path)
     for warning in read.warnings:
         stderr_console().print(f"warning: {warning}", markup=False)

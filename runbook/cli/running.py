@@ -27,9 +27,10 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     from runbook.cli.output import stderr_console
     from runbook.cli.prompt import operator_for
     from runbook.cli.signals import RunSignals, run_signals
+    from runbook.cli.state import state_directory
 
     console = stderr_console()
-    state = settings.state_dir()
+    state = state_directory()
     clock = SystemClock()
     incident = journals.new_incident_id(clock.now(), playbook.name)
     journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())

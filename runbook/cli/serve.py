@@ -88,8 +88,8 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
     """
     import uvicorn
 
-    from runbook import settings
     from runbook.cli.connect import Connection, close_world, real_world
+    from runbook.cli.state import state_directory
     from runbook.config import load_config
     from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
@@ -103,14 +103,15 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
         raise click.UsageError("nothing to receive: set RUNBOOK_PAGERDUTY_SECRET or RUNBOOK_ALERTMANAGER_TOKEN "
                                "(or pass --pagerduty-secret-file / --alertmanager-token-file)")
     books = load_playbooks(playbook_paths)
+    state = state_directory()  # refused before anything connects or listens
     if host not in LOOPBACK:
         click.echo(f"warning: listening on {host}; put a TLS-terminating proxy in front of it", err=True)
     world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster, server_mode=True))
     try:
         shared = make_coordination(coordination, world.cluster, namespace=coordination_namespace, replica=replica_id)
-        service = Service(config=webhook, secrets=secrets, state=settings.state_dir(), world=world, playbooks=books,
+        service = Service(config=webhook, secrets=secrets, state=state, world=world, playbooks=books,
                           coordination=shared, namespaces=config.namespaces())
-        click.echo(f"runbook serve: {len(books)} playbook(s), state {settings.state_dir()}, "
+        click.echo(f"runbook serve: {len(books)} playbook(s), state {state}, "
                    f"coordination {describe_coordination(shared)}, http://{host}:{port} ({secrets!r})", err=True)
         uvicorn.run(create_app(service), host=host, port=port, log_level=log_level, lifespan="on")
     finally:
