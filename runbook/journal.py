@@ -1,7 +1,7 @@
 """The incident journal: one append-only JSON Lines file per incident, fsynced line by line.
 
-Written before the engine moves on, so a crash loses nothing that happened; a torn last line
-is skipped with a warning on read. Secrets are redacted here, when written. The history of
+Written before the engine moves on, so a crash loses nothing that happened; a torn last line,
+or any line that is not an event, is skipped with a warning naming file and line on read. Secrets are redacted here, when written. The history of
 applied actions across all incidents backs the cooldown and budget guards.
 """
 
@@ -167,9 +167,9 @@ def _last_seq(fd: int) -> int:
         lines = [line for line in tail.split(b"\n") if line.strip()]
         for line in reversed(lines if chunk == size else lines[1:]):
             try:
-                return int(json.loads(line)["seq"])
-            except (ValueError, KeyError, TypeError, OverflowError, RecursionError):
-                continue  # a torn or corrupt line: look further back
+                return ev.parse_line(line).seq
+            except ValueError:
+                continue  # a torn or corrupt line, which readers skip too: look further back
         if chunk == size:
             return 0
         chunk = min(size, chunk * 4)
@@ -193,10 +193,10 @@ def read_journal(path: Path) -> JournalRead:
         if not line.strip():
             continue
         try:
-            events.append(ev.Event.from_json(json.loads(line)))
-        except (ValueError, KeyError, TypeError):
+            events.append(ev.parse_line(line))
+        except ValueError as exc:
             last = number == len(lines) or all(not rest.strip() for rest in lines[number:])
-            what = "a torn last line (the writer stopped mid-line)" if last else "an unreadable line"
+            what = "a torn last line (the writer stopped mid-line)" if last else f"an unreadable line ({exc})"
             warnings.append(f"{path}:{number}: skipped {what}")
     return JournalRead(events, warnings)
 
@@ -229,19 +229,28 @@ class IncidentSummary:
     started: dt.datetime | None
     outcome: str | None
     path: Path
+    warnings: tuple[str, ...] = ()
 
 
 def summarize(path: Path) -> IncidentSummary:
-    events = read_journal(path).events
+    read = read_journal(path)
+    events = read.events
     started = next((e for e in events if e.type == ev.RUN_STARTED), None)
     finished = [e for e in events if e.type == ev.RUN_FINISHED]
     return IncidentSummary(
         id=path.parent.name,
-        playbook=started.data.get("playbook") if started else None,
+        playbook=_text_or_none(started.data.get("playbook")) if started else None,
         started=events[0].at if events else None,
-        outcome=finished[-1].data.get("outcome") if finished else ("running or interrupted" if events else None),
+        outcome=_text_or_none(finished[-1].data.get("outcome")) if finished
+        else ("running or interrupted" if events else None),
         path=path,
+        warnings=tuple(read.warnings),
     )
+
+
+def _text_or_none(value: Any) -> str | None:
+    """A field shown in a table: whatever a damaged line holds there is shown as text."""
+    return None if value is None else str(value)
 
 
 def list_incidents(state: Path) -> list[IncidentSummary]:

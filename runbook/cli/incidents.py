@@ -1,6 +1,6 @@
 """`runbook incidents` and `runbook rca`: what happened, read back from the journals.
 
-Both read the state directory only; a torn last line of a journal is skipped with a warning.
+Both read the state directory only; a torn or damaged line of a journal is skipped with a warning.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ def incidents(output: str) -> None:
 
     state = state_directory(create=False)
     found = list_incidents(state)
+    for warning in (w for i in found for w in i.warnings):
+        stderr_console().print(f"warning: {warning}", markup=False)
     if output == "json":
         print_json([{"id": i.id, "playbook": i.playbook, "started": i.started.isoformat() if i.started else None,
                      "outcome": i.outcome, "journal": str(i.path)} for i in found])
