@@ -7,16 +7,17 @@ incident, identified by fingerprint + startsAt (a re-fire after resolution start
 from __future__ import annotations
 
 import base64
-import dataclasses
 import binascii
+import dataclasses
+import datetime as dt
 import hmac
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from runbook.model.alert import Alert
-from runbook.webhook.inbound import Delivery, Inbound, Malformed, digest, parse_time, string_map
+from runbook.webhook.inbound import (GO_ZERO, Delivery, Inbound, Malformed, digest, load_json, parse_any_time,
+                                     parse_time, plausible, string_map)
 
 _FINGERPRINT = re.compile(r"^[0-9a-fA-F]{1,32}$")
 MAX_ALERTS = 1000
@@ -42,7 +43,17 @@ def authenticate(authorization: str | None, tokens: Sequence[str]) -> str | None
     return None if ok else "the credential does not match a configured token"
 
 
-def _alert(item: Any, index: int) -> Inbound:
+def _ends(item: dict[str, Any], where: str, status: str, now: dt.datetime | None) -> dt.datetime | None:
+    """When a resolved alert ended; None for a firing one or Go's zero time ("not set")."""
+    if not item.get("endsAt"):
+        return None
+    ends = parse_any_time(item["endsAt"], f"{where}.endsAt")
+    if status != "resolved" or ends == GO_ZERO:  # a firing alert's endsAt is never used
+        return None
+    return plausible(ends, item["endsAt"], f"{where}.endsAt", now=now)
+
+
+def _alert(item: Any, index: int, now: dt.datetime | None) -> Inbound:
     where = f"alerts[{index}]"
     if not isinstance(item, dict):
         raise Malformed(f"{where} must be an object")
@@ -51,8 +62,8 @@ def _alert(item: Any, index: int) -> Inbound:
         raise Malformed(f"{where}.status must be firing or resolved, found {str(status)[:40]!r}")
     labels = string_map(item.get("labels"), f"{where}.labels")
     annotations = string_map(item.get("annotations"), f"{where}.annotations")
-    starts = parse_time(item.get("startsAt"), f"{where}.startsAt")
-    ends = parse_time(item["endsAt"], f"{where}.endsAt") if item.get("endsAt") else None
+    starts = parse_time(item.get("startsAt"), f"{where}.startsAt", now=now)
+    ends = _ends(item, where, status, now)
     fingerprint = item.get("fingerprint")
     if fingerprint is None:
         # Older or templated payloads: the label set is what Alertmanager hashes too.
@@ -71,11 +82,9 @@ def _alert(item: Any, index: int) -> Inbound:
                             "generator_url": generator[:2048] if isinstance(generator, str) else None})
 
 
-def parse(body: bytes) -> Delivery:
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Malformed(f"the body is not JSON: {exc}") from None
+def parse(body: bytes, *, now: dt.datetime | None = None) -> Delivery:
+    """A v4 group → one `Inbound` per alert; `now` (the service's clock) bounds their times."""
+    doc = load_json(body)
     if not isinstance(doc, dict):
         raise Malformed("an Alertmanager payload is a JSON object")
     if doc.get("version") != "4":
@@ -85,7 +94,7 @@ def parse(body: bytes) -> Delivery:
         raise Malformed("`alerts` must be a list")
     if len(alerts) > MAX_ALERTS:
         raise Malformed(f"{len(alerts)} alerts in one payload; set max_alerts ≤ {MAX_ALERTS} on the receiver")
-    inbound = tuple(_alert(item, i) for i, item in enumerate(alerts))
+    inbound = tuple(_alert(item, i, now) for i, item in enumerate(alerts))
     group = {"receiver": doc.get("receiver"), "group_key": doc.get("groupKey"),
              "truncated_alerts": doc.get("truncatedAlerts")}
     inbound = tuple(dataclasses.replace(i, details={**i.details, **{k: v for k, v in group.items()

@@ -1,7 +1,8 @@
 """The HTTP surface, routes only: webhooks in, health, metrics, proposals and approvals.
 
-Every rejection is a JSON body saying why. A PagerDuty signature is checked on the raw bytes
-before any parsing; an Alertmanager credential before the body is even read.
+Every answer is a JSON body (a rejection says why) counted by source and status. A PagerDuty
+signature is checked on the raw bytes before any parsing; an Alertmanager credential before the
+body is even read; a body that can never be accepted (too deep, not Unicode, absurd times) is 400.
 """
 
 from __future__ import annotations
@@ -73,7 +74,19 @@ def create_app(service: Service) -> Starlette:
     cap = service.config.max_body_bytes
 
     async def receive(request: Request, source: str, decode: Callable[[Request], Awaitable[Delivery]]) -> Response:
+        """Every answer, whatever went wrong, is JSON and counted by source and status."""
         started = time.perf_counter()
+        try:
+            response = await answer(request, source, decode)
+        except Exception:  # a bug, not the sender's fault: a JSON 500 (retried), logged with its traceback
+            log.exception("unexpected failure answering a %s delivery", source)
+            metrics.deliveries.labels(source, "error").inc()
+            response = _error(500, "the delivery could not be processed (an internal error, logged); retry later")
+        metrics.responses.labels(source, str(response.status_code)).inc()
+        metrics.ack_seconds.labels(source).observe(time.perf_counter() - started)
+        return response
+
+    async def answer(request: Request, source: str, decode: Callable[[Request], Awaitable[Delivery]]) -> Response:
         try:
             delivery = await decode(request)
             ack = await run_in_threadpool(service.accept, delivery)
@@ -99,8 +112,6 @@ def create_app(service: Service) -> Starlette:
             log.error("cannot record a %s delivery: %s", source, exc)
             metrics.deliveries.labels(source, "unavailable").inc()
             return _error(503, "the journal cannot be written right now; retry later", {"Retry-After": RETRY_AFTER})
-        finally:
-            metrics.ack_seconds.labels(source).observe(time.perf_counter() - started)
         duplicates = sum(1 for a in ack.body.get("alerts", []) if a["verdict"] == "duplicate")
         if ack.body.get("duplicate") and not ack.body.get("alerts"):
             duplicates = 1
@@ -117,7 +128,8 @@ def create_app(service: Service) -> Starlette:
         problem = pagerduty.verify(body, request.headers.get(pagerduty.SIGNATURE_HEADER), service.secrets.pagerduty)
         if problem is not None:
             raise Rejected(401, "unauthorized", f"signature check failed: {problem}")
-        return pagerduty.parse(body, webhook_id=request.headers.get(pagerduty.WEBHOOK_ID_HEADER))
+        return pagerduty.parse(body, webhook_id=request.headers.get(pagerduty.WEBHOOK_ID_HEADER),
+                               now=service.clock.now())
 
     async def decode_alertmanager(request: Request) -> Delivery:
         if not service.secrets.alertmanager:
@@ -125,7 +137,7 @@ def create_app(service: Service) -> Starlette:
         problem = alertmanager.authenticate(request.headers.get("authorization"), service.secrets.alertmanager)
         if problem is not None:
             raise Rejected(401, "unauthorized", problem, {"WWW-Authenticate": 'Bearer realm="runbook"'})
-        return alertmanager.parse(await _read_body(request, cap))
+        return alertmanager.parse(await _read_body(request, cap), now=service.clock.now())
 
     async def pagerduty_route(request: Request) -> Response:
         return await receive(request, "pagerduty", decode_pagerduty)

@@ -1,7 +1,7 @@
 """The service's Prometheus metrics, in a registry of its own (several apps can live in one process).
 
-Deliveries by source and verdict, duplicates, runs by outcome, actions by result, queue depth,
-runs past the worker deadline, and the ack latency the senders see.
+Webhook answers by source and HTTP status, deliveries by source and verdict, duplicates, runs by
+outcome, actions by result, queue depth, runs past the worker deadline, and the ack latency.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ class Metrics:
 
     def __init__(self, backlog: Callable[[], int], overdue: Callable[[], int] = lambda: 0):
         self.registry = CollectorRegistry()
+        self.responses = Counter("runbook_webhook_responses", "Webhook answers, by source and HTTP status code.",
+                                 ["source", "status"], registry=self.registry)
         self.deliveries = Counter("runbook_webhook_deliveries", "Deliveries answered, by source and verdict.",
                                   ["source", "verdict"], registry=self.registry)
         self.duplicates = Counter("runbook_webhook_duplicates", "Alerts or events already seen, by source.",

@@ -6,15 +6,15 @@ during a secret rotation); any entry matching any configured secret is enough.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import hmac
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
 
 from runbook.model.alert import Alert
-from runbook.webhook.inbound import Delivery, Inbound, Malformed, parse_time
+from runbook.webhook.inbound import Delivery, Inbound, Malformed, load_json, parse_time
 
 SIGNATURE_HEADER = "x-pagerduty-signature"
 WEBHOOK_ID_HEADER = "x-webhook-id"
@@ -66,12 +66,13 @@ def _str(value: Any, what: str, *, limit: int = 1024, required: bool = True) -> 
     return value
 
 
-def parse(body: bytes, *, webhook_id: str | None) -> Delivery:
-    """A V3 delivery → one `Inbound` for the incident events we handle, or an ignored delivery."""
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise Malformed(f"the body is not JSON: {exc}") from None
+def parse(body: bytes, *, webhook_id: str | None, now: dt.datetime | None = None) -> Delivery:
+    """A V3 delivery → one `Inbound` for the incident events we handle, or an ignored delivery.
+
+    `now` (the service's clock) bounds `occurred_at`. The delivery key is the X-Webhook-Id with the
+    event id: the header is not signed, so it alone must never make a new signed event a duplicate.
+    """
+    doc = load_json(body)
     if isinstance(doc, dict) and "messages" in doc and "event" not in doc:
         raise Malformed("this is a V1/V2 webhook payload (`messages`); create a V3 webhook subscription")
     if not isinstance(doc, dict) or not isinstance(doc.get("event"), dict):
@@ -81,9 +82,10 @@ def parse(body: bytes, *, webhook_id: str | None) -> Delivery:
     event_type = _str(event.get("event_type"), "event.event_type", limit=128)
     if webhook_id is not None and not _ID.fullmatch(webhook_id):
         raise Malformed("X-Webhook-Id must be letters, digits, '-' and '_' (at most 128)")
+    delivery_key = f"{webhook_id}|{event_id}" if webhook_id is not None else None
     if event_type not in EFFECTS:
-        return Delivery("pagerduty", webhook_id, (), ignored=f"event type {event_type} is not handled")
-    occurred = parse_time(event.get("occurred_at"), "event.occurred_at")
+        return Delivery("pagerduty", delivery_key, (), ignored=f"event type {event_type} is not handled")
+    occurred = parse_time(event.get("occurred_at"), "event.occurred_at", now=now)
     data = event.get("data")
     if not isinstance(data, dict):
         raise Malformed(f"event.data must be the incident object for {event_type}")
@@ -108,4 +110,4 @@ def parse(body: bytes, *, webhook_id: str | None) -> Delivery:
                       alert, occurred, title=title, service=tuple(s for s in (service_id, service_name) if s),
                       details={"event_id": event_id, "event_type": event_type, "incident_id": incident_id,
                                "webhook_id": webhook_id, "agent": agent.get("summary")})
-    return Delivery("pagerduty", webhook_id, (inbound,))
+    return Delivery("pagerduty", delivery_key, (inbound,))
