@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,6 +34,7 @@ class Journal(Protocol):
 
 
 DRILL_PREFIX = "drill-"
+JOURNAL_NAME = "journal.jsonl"
 
 
 def new_incident_id(at: dt.datetime, playbook: str, *, drill: bool = False) -> str:
@@ -98,7 +100,7 @@ class JsonlJournal:
             safe_fs.private_dir(folder.parent)  # incidents/ itself must not be a link either
         except OSError as exc:
             raise JournalError(f"cannot open the incidents folder {folder.parent}: {safe_fs.reason(exc)}") from None
-        return cls(folder / "journal.jsonl", incident=incident, run=run)
+        return cls(folder / JOURNAL_NAME, incident=incident, run=run)
 
     def subscribe(self, listener: Any) -> None:
         """`listener(event)` is called after each event is on disk (the CLI's live view)."""
@@ -212,14 +214,26 @@ def incident_dir(state: Path, incident: str) -> Path:
 
 
 def journal_paths(state: Path, *, modified_since: dt.datetime | None = None) -> Iterator[Path]:
+    """Every incident's journal, in name order; a journal that is a link (not one of ours) is left out."""
     root = incidents_root(state)
-    if not root.is_dir():
+    try:
+        names = sorted(entry.name for entry in os.scandir(root) if not entry.name.startswith("."))
+    except (FileNotFoundError, NotADirectoryError):
         return
     cutoff = modified_since.timestamp() if modified_since else None
-    for path in sorted(root.glob("*/journal.jsonl")):
-        if cutoff is not None and path.stat().st_mtime < cutoff:
+    base = str(root)
+    for name in names:
+        # A plain string until it is yielded: with thousands of old incidents, pathlib is most of the cost.
+        path = os.path.join(base, name, JOURNAL_NAME)
+        try:
+            info = os.stat(path, follow_symlinks=False)  # one stat per incident, none per line
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if cutoff is not None and info.st_mtime < cutoff:
             continue  # nothing written since the window opened
-        yield path
+        yield Path(path)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -274,6 +288,9 @@ class Application:
 
 # An apply whose outcome could not be read back may have changed the target: it counts as applied.
 COUNTED_TYPES = frozenset({ev.ACTION_APPLIED, "action.unknown"})
+# An event is stamped before its line is written, so its journal's mtime is no earlier than the
+# event; the margin covers file times kept by a coarser clock and a clock stepped back a little.
+MTIME_MARGIN = dt.timedelta(minutes=5)
 
 
 class History:
@@ -299,8 +316,10 @@ class History:
         found: list[Application] = []
         sources: list[list[ev.Event]] = []
         if self.state is not None:
-            # Drills act on a simulated world on virtual time: they never count against real targets.
-            sources.extend(read_journal(p).events for p in journal_paths(self.state)
+            # Only a journal written to since the window opened can hold an application inside it
+            # (such a journal is read whole). Drills act on a simulated world on virtual time: they
+            # never count against real targets.
+            sources.extend(read_journal(p).events for p in journal_paths(self.state, modified_since=since - MTIME_MARGIN)
                            if not p.parent.name.startswith(DRILL_PREFIX))
         if self.extra is not None:
             sources.append(self.extra.events())
