@@ -103,7 +103,7 @@ def reason(exc: OSError) -> str:
 
 def _who(uid: int) -> str:
     try:
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
     except KeyError:
         return f"uid {uid}"
 
@@ -129,19 +129,21 @@ def check_state_dir(path: Path, *, create: bool = True) -> Path:
                 f"the state directory {path} is a symbolic link owned by {_who(link.st_uid)}, not by you "
                 f"({_who(me)}): its owner can point it anywhere. Fix: rm {path} && mkdir -m 700 {path}, {instead}")
         info = os.stat(path)
+        # Name where a link leads: that directory is the one to fix (chmod and chown follow the link).
+        shown = f"{path} (a link to {os.path.realpath(path)})" if stat.S_ISLNK(link.st_mode) else str(path)
     except OSError as exc:
         raise UnsafeStateDir(f"cannot use the state directory {path}: {exc.strerror or exc}. "
                              f"Fix: create it with mkdir -m 700 {path}, {instead}") from None
     if not stat.S_ISDIR(info.st_mode):
-        raise UnsafeStateDir(f"the state directory {path} is not a directory. Fix: move that file away, {instead}")
+        raise UnsafeStateDir(f"the state directory {shown} is not a directory. Fix: move that file away, {instead}")
     if info.st_uid != me:
         raise UnsafeStateDir(
-            f"the state directory {path} is owned by {_who(info.st_uid)}, not by you ({_who(me)}): its owner "
+            f"the state directory {shown} is owned by {_who(info.st_uid)}, not by you ({_who(me)}): its owner "
             f"could plant links in it. Fix: chown {_name(me)} {path} && chmod 700 {path}, {instead}")
     mode = stat.S_IMODE(info.st_mode)
     if mode & OTHERS_WRITE:
         raise UnsafeStateDir(
-            f"the state directory {path} is writable by others (mode {mode:04o}): anyone on this host could "
+            f"the state directory {shown} is writable by others (mode {mode:04o}): anyone on this host could "
             f"plant links in it. Fix: chmod 700 {path}, {instead}")
     return path
 

@@ -147,3 +147,13 @@ def test_f3_check_state_dir_refuses_a_link_planted_by_another_user(tmp_path):
     with pytest.raises(UnsafeStateDir) as caught:
         safe_fs.check_state_dir(link)
     assert str(link) in str(caught.value) and "link" in str(caught.value)
+
+
+def test_f3_check_state_dir_names_where_a_link_of_ours_leads_when_that_is_unsafe(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    (tmp_path / "link").symlink_to(shared)
+    with pytest.raises(UnsafeStateDir) as caught:
+        safe_fs.check_state_dir(tmp_path / "link")
+    assert f"{tmp_path / 'link'} (a link to {shared})" in str(caught.value)
