@@ -83,6 +83,17 @@ def write_all(fd: int, data: bytes, *, write: Callable[[int, bytes], int] = os.w
         view = view[written:]
 
 
+def write_private(path: Path, data: bytes) -> Path:
+    """Replace the contents of the file at `path` (0600, created if missing), never through a link."""
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        os.ftruncate(fd, 0)  # after the checks: a link or a device at `path` is refused untouched
+        write_all(fd, data)
+    finally:
+        os.close(fd)
+    return path
+
+
 def fsync_dir(path: Path) -> None:
     """Make a new name in `path` durable: a crash after a file's fsync can still lose its entry."""
     fd = _open_dir(path)

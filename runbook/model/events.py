@@ -9,9 +9,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import re
-from itertools import accumulate
 from typing import Any
+
+from runbook.model.json_depth import nesting_depth
 
 ALERT_RECEIVED = "alert.received"
 RUN_STARTED = "run.started"
@@ -82,26 +82,17 @@ class Event:
 # Room for what runbook writes (a drill's deepest line is 6 levels; a webhook body, bounded at 64,
 # journaled inside an event) and far below where json or the readers of events would run out of stack.
 MAX_NESTING = 128
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
-_DEPTH_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
 
 
 def parse_line(line: bytes) -> Event:
     """One journal line as an event; ValueError saying what is wrong (never a RecursionError)."""
-    if line.count(b"[") + line.count(b"{") > MAX_NESTING and _depth(line) > MAX_NESTING:
+    if line.count(b"[") + line.count(b"{") > MAX_NESTING and nesting_depth(line) > MAX_NESTING:
         raise ValueError(f"nested deeper than {MAX_NESTING} levels")
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"not JSON ({exc})") from None
     return Event.from_json(obj)
-
-
-def _depth(line: bytes) -> int:
-    """How deep brackets nest outside string literals: a scan that cannot recurse."""
-    brackets = _STRING.sub(b"", line).translate(None, _NOT_BRACKETS)
-    return max(accumulate(_DEPTH_STEP[b] for b in brackets), default=0)
 
 
 def _show(value: Any) -> str:

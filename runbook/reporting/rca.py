@@ -16,7 +16,8 @@ from typing import Literal
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from runbook.errors import InvalidInput
+from runbook import safe_fs
+from runbook.errors import InvalidInput, RunbookError
 from runbook.journal import read_journal
 from runbook.model import events as ev
 from runbook.reporting import charts as chart_drawing
@@ -75,11 +76,12 @@ def write_report(journal_path: Path, out: Path, *, fmt: Format = "md", template:
     """Write the report (and, for Markdown, its charts in `charts/` beside it); returns its path."""
     read = read_journal(journal_path)
     report = render(read.events, fmt=fmt, template=template, with_charts=with_charts)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(report.text, encoding="utf-8")
-    if fmt == "md" and report.charts:
-        folder = out.parent / CHART_DIR
-        folder.mkdir(exist_ok=True)
-        for chart in report.charts:
-            (folder / chart.filename).write_bytes(chart.png)
+    try:
+        safe_fs.write_private(safe_fs.private_dir(out.parent) / out.name, report.text.encode("utf-8"))
+        if fmt == "md" and report.charts:
+            folder = safe_fs.private_dir(out.parent / CHART_DIR)
+            for chart in report.charts:
+                safe_fs.write_private(folder / chart.filename, chart.png)
+    except OSError as exc:
+        raise RunbookError(f"cannot write the report {out}: {safe_fs.reason(exc)}") from None
     return out

@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import hashlib
-import itertools
 import json
 import re
 from typing import Any, Literal
 
 from runbook.model.alert import Alert
+from runbook.model.json_depth import nesting_depth
 
 Effect = Literal["open", "update", "close"]
 
@@ -49,20 +49,9 @@ def digest(*parts: str) -> str:
 
 
 MAX_DEPTH = 64  # both senders nest under 10 deep; more is an attempt to exhaust the parser's stack
-# A string token, or an unterminated one up to the end: every quote outside a string matches at the
-# first try, so the scan is linear whatever the body (a failing match would be retried per quote).
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.S)
-_BRACKETS = re.compile(r"[^\[\]{}]+")
-_STEP = str.maketrans({"[": "\x01", "{": "\x01", "]": "\xff", "}": "\xff"})
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]", re.A)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-
-def _depth(text: str) -> int:
-    """How deep arrays and objects nest, outside strings, without recursing (a few C passes)."""
-    steps = _BRACKETS.sub("", _STRING.sub("", text)).translate(_STEP).encode("latin-1")
-    return max(itertools.accumulate(memoryview(steps).cast("b")), default=0)
 
 
 def _no_constant(name: str) -> Any:
@@ -75,7 +64,7 @@ def load_json(body: bytes) -> Any:
         text = body.decode("utf-8-sig")  # a byte-order mark is tolerated, as json.loads does for bytes
     except UnicodeDecodeError as exc:
         raise Malformed(f"the body is not UTF-8 (byte {exc.start}); send JSON in UTF-8") from None
-    depth = _depth(text)
+    depth = nesting_depth(text)
     if depth > MAX_DEPTH:
         raise Malformed(f"the body is nested {depth} deep; at most {MAX_DEPTH} levels of arrays and objects")
     try:
