@@ -27,6 +27,8 @@ class ExitCode(enum.IntEnum):
     USAGE = 2
     INVALID = 3
     REFUSED = 4
+    FIRING = 10  # triage without --run: a playbook's condition holds
+    BLIND = 11  # triage without --run: a metrics source could not be read, and nothing fires
     INTERRUPTED = 130
 
 

@@ -358,7 +358,7 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
         finally:
             metrics.close()
         if unavailable:
-            code = 11
+            code = int(ExitCode.BLIND)
         elif any(r["detected_by"] and r["check"]["status"] != "ok" for r in rows):
             code = int(ExitCode.FAILED)
     params = {k: {"kind": p.kind, "value": catalog.values.get(k), "help": p.help} for k, p in catalog.params.items()}

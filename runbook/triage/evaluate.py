@@ -17,13 +17,12 @@ from typing import Any
 
 from runbook.backends.base import Metrics, Series
 from runbook.engine import templating
-from runbook.errors import BackendUnavailable, RunbookError
+from runbook.errors import BackendUnavailable, ExitCode, RunbookError
 from runbook.model.playbook import Detect, Playbook
 
 LOOKBACK = 3600.0  # how far back "since" is traced; also the "an hour ago" of the trend
 STEP = 15.0  # resolution of "since": a typical scrape interval
 SEVERITY_RANK = {"P1": 0, "P2": 1, "P3": 2, "P4": 3}
-EXIT_QUIET, EXIT_FIRING, EXIT_BLIND = 0, 10, 11
 MAX_CONCURRENT_QUERIES = 8  # detect queries of triage in flight at once
 
 
@@ -85,10 +84,10 @@ class Report:
     @property
     def exit_code(self) -> int:
         if self.firing:
-            return EXIT_FIRING
+            return int(ExitCode.FIRING)
         if self.of("unknown"):
-            return EXIT_BLIND
-        return EXIT_QUIET
+            return int(ExitCode.BLIND)
+        return int(ExitCode.OK)
 
 
 def detect_labels(playbook: Playbook, params: Mapping[str, Any]) -> dict[str, str]:

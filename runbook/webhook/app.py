@@ -128,8 +128,9 @@ def create_app(service: Service) -> Starlette:
         problem = pagerduty.verify(body, request.headers.get(pagerduty.SIGNATURE_HEADER), service.secrets.pagerduty)
         if problem is not None:
             raise Rejected(401, "unauthorized", f"signature check failed: {problem}")
-        return pagerduty.parse(body, webhook_id=request.headers.get(pagerduty.WEBHOOK_ID_HEADER),
-                               now=service.clock.now())
+        # Parsing a body up to max_body_bytes takes a while: off the event loop, like the ack itself.
+        return await run_in_threadpool(pagerduty.parse, body, webhook_id=request.headers.get(pagerduty.WEBHOOK_ID_HEADER),
+                                       now=service.clock.now())
 
     async def decode_alertmanager(request: Request) -> Delivery:
         if not service.secrets.alertmanager:
@@ -137,7 +138,8 @@ def create_app(service: Service) -> Starlette:
         problem = alertmanager.authenticate(request.headers.get("authorization"), service.secrets.alertmanager)
         if problem is not None:
             raise Rejected(401, "unauthorized", problem, {"WWW-Authenticate": 'Bearer realm="runbook"'})
-        return alertmanager.parse(await _read_body(request, cap), now=service.clock.now())
+        body = await _read_body(request, cap)
+        return await run_in_threadpool(alertmanager.parse, body, now=service.clock.now())
 
     async def pagerduty_route(request: Request) -> Response:
         return await receive(request, "pagerduty", decode_pagerduty)
