@@ -48,9 +48,9 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # also runnable as `python bench/fleet.py`
     sys.path.insert(0, str(REPO))
 
-from runbook.backends import prometheus  # noqa: E402
+from runbook.backends.prometheus import client as prometheus  # noqa: E402
 from runbook.backends.base import World  # noqa: E402
-from runbook.backends.sim_formats import GpuView, nvidia_smi_memory_report  # noqa: E402
+from runbook.sim.formats import GpuView, nvidia_smi_memory_report  # noqa: E402
 from runbook.clock import FakeClock  # noqa: E402
 from runbook.config import Config  # noqa: E402
 from runbook.engine.operator import AssumeYes  # noqa: E402
@@ -58,7 +58,8 @@ from runbook.engine.runner import Engine  # noqa: E402
 from runbook.journal import History, MemoryJournal  # noqa: E402
 from runbook.loading import validation  # noqa: E402
 from runbook.locks import MemoryLocks  # noqa: E402
-from runbook.registry import Kind, default_registry  # noqa: E402
+from runbook.registry import Kind  # noqa: E402
+from runbook.actions import load_builtin
 from runbook.triage.evaluate import evaluate  # noqa: E402
 from tests.kubernetes import world as k8s_world  # noqa: E402
 from tests.kubernetes.apiserver.kubelet import ExecAnswer  # noqa: E402
@@ -193,7 +194,7 @@ class RemoteApiServer:
 
 
 def bundled_playbooks():
-    registry = default_registry()
+    registry = load_builtin()
     loaded = [validation.load_playbook_file(f, registry) for f in validation.discover(validation.default_paths())]
     return {r.playbook.name: r.playbook for r in loaded if r.playbook is not None}
 
@@ -240,7 +241,7 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
              latency: float, trace: bool = False) -> Run:
     api.seed(pods, latency)
     cluster = connect_cluster(kubeconfig)
-    registry = default_registry()
+    registry = load_builtin()
     oom = playbooks["oom-surge"]
     skip = {s.id: "bench: diagnostics only" for s in oom.steps if registry.get(s.uses).kind is not Kind.DIAGNOSTIC}
     journal = TimedJournal("bench-fleet")

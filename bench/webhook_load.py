@@ -49,13 +49,13 @@ def run_server(state: Path, port_file: Path, workers: int) -> None:
 
     from runbook.backends.base import World
     from runbook.loading.validation import load_playbook_text
-    from runbook.registry import default_registry
+    from runbook.actions import load_builtin
     from runbook.testing import FakeMetrics
     from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
     from runbook.webhook.settings import Secrets, WebhookConfig
 
-    book = load_playbook_text(PLAYBOOK, file="bench.yaml", registry=default_registry()).playbook
+    book = load_playbook_text(PLAYBOOK, file="bench.yaml", registry=load_builtin()).playbook
     service = Service(config=WebhookConfig(workers=workers, queue_size=20_000),
                       secrets=Secrets(pagerduty=(PD_SECRET,), alertmanager=(AM_TOKEN,)), state=state,
                       world=World(metrics=FakeMetrics({"oom_failures_per_min": 3.0})), playbooks=[book], env={})

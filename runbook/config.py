@@ -10,16 +10,19 @@ may act) is read here, not by the backend, and is not part of the section the ba
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 import pydantic
 
+from runbook import settings
 from runbook.errors import InvalidInput
 
-SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook", "safety", "playbooks")
+SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook")
+# Sections that earlier versions accepted and never read: refused, saying where the setting lives.
+RETIRED = {"safety": "guards are set per step in the playbook (`guard:`), and the kill switch by RUNBOOK_KILL_SWITCH",
+           "playbooks": "pass playbook folders as arguments (`runbook list DIR`, `runbook serve --playbooks DIR`)"}
 CONFIG_ENV = "RUNBOOK_CONFIG"
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
@@ -89,7 +92,7 @@ EMPTY = Config(None, {})
 
 
 def find_config(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path | None:
-    env = os.environ if env is None else env
+    env = settings.environment() if env is None else env
     if explicit:
         path = Path(explicit).expanduser()
         if not path.is_file():
@@ -124,8 +127,10 @@ def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | Non
         raise InvalidInput(f"{path}: the config file must be a mapping of sections ({', '.join(SECTIONS)})")
     for key in data:
         if key not in SECTIONS:
+            hint = (f"remove it: runbook never read it; {RETIRED[key]}" if key in RETIRED
+                    else did_you_mean(str(key), SECTIONS))
             problems.append(problem("unknown-key", file=str(path), position=doc.positions.key((key,)), path=str(key),
-                                    message=f"unknown config section `{key}`", hint=did_you_mean(str(key), SECTIONS)))
+                                    message=f"unknown config section `{key}`", hint=hint))
     if problems:
         raise InvalidInput(f"the config file is invalid ({len(problems)} problem(s)):\n"
                            + "\n".join(p.format() for p in sorted(problems)))

@@ -2,14 +2,19 @@
 
     RunbookError                    anything runbook raises on purpose
     ├── InvalidInput                bad playbook, params, alert or config (exit 3)
-    │   └── TemplateError           a template failed to render or a value is missing
+    │   ├── TemplateError           a template failed to render or a value is missing
+    │   └── Malformed               a webhook body that can never be accepted (HTTP 400: not retried)
     ├── BackendError                a backend could not answer (exit 1)
     │   ├── BackendUnavailable      unreachable, timed out: never read as "healthy"
+    │   │   └── CoordinationUnavailable  the replicas' shared dedupe state cannot be reached (HTTP 503)
     │   ├── NotFound                the object asked for does not exist
     │   ├── Conflict                the object changed underneath us (re-read, re-plan)
     │   │   └── StalePlan           what a plan was computed from no longer holds: plan again
     │   └── CommandFailed           a command ran but could not be completed
     ├── Refused                     a guard or the operator said no (exit 4)
+    ├── Busy                        not now: the run queue is full (HTTP 503 with Retry-After)
+    │   └── ClaimedElsewhere        another replica is taking this delivery right now (503, retry soon)
+    ├── Rejected                    an HTTP request refused before its body is used (401, 404, 413, 415)
     ├── JournalError                the journal could not be written (exit 1)
     └── UnsafeStateDir              a state directory others could steer (exit 2)
 
@@ -46,12 +51,20 @@ class TemplateError(InvalidInput):
     pass
 
 
+class Malformed(InvalidInput):
+    """The payload can never be accepted as it is: answered 400, and the sender should not retry."""
+
+
 class BackendError(RunbookError):
     pass
 
 
 class BackendUnavailable(BackendError):
     pass
+
+
+class CoordinationUnavailable(BackendUnavailable):
+    """The shared state (the Kubernetes API) cannot be reached: answered 503 so the sender retries."""
 
 
 class NotFound(BackendError):
@@ -77,6 +90,22 @@ class Refused(RunbookError):
         super().__init__(f"refused by guard {guard}: {reason}")
         self.guard = guard
         self.reason = reason
+
+
+class Busy(RunbookError):
+    """The run queue is full: answered 503 with Retry-After, before anything is written."""
+
+
+class ClaimedElsewhere(Busy):
+    """Another replica is taking this delivery right now: answered 503 with a short Retry-After."""
+
+
+class Rejected(RunbookError):
+    """An HTTP request refused before its body is used: the status, a verdict for /metrics, and why."""
+
+    def __init__(self, status: int, verdict: str, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.verdict, self.message, self.headers = status, verdict, message, headers or {}
 
 
 class JournalError(RunbookError):

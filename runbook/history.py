@@ -1,6 +1,6 @@
 """What cooldowns and budgets count when several runbooks share targets: local journals plus a shared record.
 
-The shared record (a cluster's ConfigMap per target, runbook/backends/kubernetes_ledger.py) is
+The shared record (a cluster's ConfigMap per target, runbook/backends/kubernetes/ledger.py) is
 read on every count; when it cannot be read the count is an error, never the local part alone.
 """
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import importlib
 import typing
 from collections.abc import Callable
 from typing import Any
@@ -89,13 +88,9 @@ class Registry:
         return [self._specs[n] for n in self.names()]
 
 
-_default = Registry()
-
-
-def default_registry() -> Registry:
-    """The registry with every built-in action loaded."""
-    importlib.import_module("runbook.actions")
-    return _default
+# The built-in actions register here when their modules are imported: `runbook.actions.load_builtin()`
+# imports them all, so this module never imports the actions (they import it).
+BUILTIN = Registry()
 
 
 def action(name: str, *, kind: Kind, params: type[ActionParams], reversible: bool = False,
@@ -105,7 +100,7 @@ def action(name: str, *, kind: Kind, params: type[ActionParams], reversible: boo
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
         if not func.__doc__:
             raise ValueError(f"action {name!r} needs a docstring: it is the user-facing catalogue")
-        (registry or _default).add(ActionSpec(name=name, kind=kind, params=params, func=func,
+        (registry or BUILTIN).add(ActionSpec(name=name, kind=kind, params=params, func=func,
                                               module=func.__module__, reversible=reversible))
         return func
 

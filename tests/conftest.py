@@ -10,7 +10,7 @@ from typing import NoReturn
 import pytest
 
 from runbook.clock import FakeClock, utc
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 # Real third-party captures live beside the clone, never inside it; tests over them are extra checks.
 REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference"
@@ -61,7 +61,7 @@ def clock() -> FakeClock:
 
 @pytest.fixture
 def registry():
-    return default_registry()
+    return load_builtin()
 
 
 @pytest.fixture(autouse=True)

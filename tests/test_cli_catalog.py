@@ -7,7 +7,8 @@ import json
 from click.testing import CliRunner
 
 from runbook.cli import main
-from runbook.registry import Kind, default_registry
+from runbook.registry import Kind
+from runbook.actions import load_builtin
 
 BROKEN = """\
 name: broken
@@ -83,8 +84,8 @@ def test_list_shows_the_bundled_playbooks():
 def test_every_action_is_documented_with_a_kind_and_params():
     result = invoke("actions", "--output", "json")
     actions = {a["name"]: a for a in json.loads(result.stdout)}
-    assert set(actions) == set(default_registry().names())
-    for spec in default_registry().specs():
+    assert set(actions) == set(load_builtin().names())
+    for spec in load_builtin().specs():
         assert spec.doc and spec.kind in Kind
     assert actions["k8s.set_arg"]["kind"] == "remediation"
     assert {p["name"] for p in actions["k8s.set_arg"]["params"]} >= {"target", "flag", "factor", "floor"}

@@ -73,15 +73,15 @@ CRASHING_RUN = textwrap.dedent("""
     from runbook.journal import History, JsonlJournal
     from runbook.loading.validation import load_playbook_text
     from runbook.locks import MemoryLocks
-    from runbook.registry import default_registry
+    from runbook.actions import load_builtin
     from runbook.testing import FakeMetrics
 
     steps = "".join(f"  - id: q{i}\\n    uses: prom.query\\n    with: {{signal: waiting_requests, by: [pod]}}\\n"
                     for i in range(5000))
     text = "name: long\\ntitle: long\\nsteps:\\n" + steps
-    playbook = load_playbook_text(text, file="long.yaml", registry=default_registry()).playbook
+    playbook = load_playbook_text(text, file="long.yaml", registry=load_builtin()).playbook
     journal = JsonlJournal.for_incident(sys.argv[1], "crash", "run")
-    engine = Engine(registry=default_registry(), world=World(metrics=FakeMetrics({"waiting_requests": 80})),
+    engine = Engine(registry=load_builtin(), world=World(metrics=FakeMetrics({"waiting_requests": 80})),
                     clock=SystemClock(), journal=journal, operator=AssumeYes("x"), locks=MemoryLocks(),
                     history=History(None))
     engine.run(playbook)

@@ -1,4 +1,8 @@
-"""A built wheel carries the bundled playbooks, scenarios and templates: commands work outside the tree."""
+"""A built wheel carries the bundled playbooks, scenarios and templates: commands work outside the tree.
+
+The playbooks and templates live at the top of the repository (`playbooks/`, `templates/`) and the
+build maps them into the package; the wheel, an editable install and a checkout find the same files.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+import tomllib
+import zipfile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,7 +28,7 @@ def installed(tmp_path_factory) -> dict[str, str]:
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(work / "site"),
                     str(wheel)], check=True, capture_output=True)
     env = {**os.environ, "PYTHONPATH": str(work / "site"), "RUNBOOK_STATE_DIR": str(work / "state")}
-    return {"cwd": str(work), **{"env": env}}  # type: ignore[dict-item]
+    return {"cwd": str(work), "wheel": str(wheel), **{"env": env}}  # type: ignore[dict-item]
 
 
 def runbook(installed, *args: str) -> subprocess.CompletedProcess:
@@ -58,3 +64,41 @@ def test_signal_profiles_ship_in_the_wheel(installed):
     out = runbook(installed, "signals", "--output", "json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["profile"] == "vllm"
+
+
+def test_the_top_level_playbooks_and_templates_are_in_the_wheel(installed):
+    names = set(zipfile.ZipFile(installed["wheel"]).namelist())
+    for folder, pattern in (("playbooks", "*.yaml"), ("templates", "*.j2")):
+        files = sorted(p.name for p in (ROOT / folder).glob(pattern))
+        assert files, f"no {pattern} at the top-level {folder}/"
+        assert {f"runbook/{folder}/{name}" for name in files} <= names
+    assert not (ROOT / "runbook" / "playbooks").exists() and not (ROOT / "runbook" / "templates").exists()
+
+
+def test_the_wheel_finds_its_own_copies_not_the_checkouts(installed):
+    out = subprocess.run([sys.executable, "-c", "from runbook import bundled; print(bundled.folder('playbooks')); "
+                          "print(bundled.folder('templates'))"], cwd=installed["cwd"], env=installed["env"],
+                         capture_output=True, text=True, check=True)
+    site = str(Path(installed["cwd"]) / "site")
+    assert all(line.startswith(site) for line in out.stdout.splitlines()), out.stdout
+
+
+def test_the_checkout_finds_the_top_level_folders():
+    out = subprocess.run([sys.executable, "-c", "from runbook import bundled; print(bundled.folder('playbooks')); "
+                          "print(bundled.folder('templates'))"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == [str(ROOT / "playbooks"), str(ROOT / "templates")]
+
+
+def test_rca_renders_from_the_wheel_with_its_templates(installed):
+    drill = json.loads(runbook(installed, "drill", "waiting-queue", "--yes", "--output", "json").stdout)
+    out = runbook(installed, "rca", drill["incident_id"], "--format", "html", "--out", "-")
+    assert out.returncode == 0, out.stderr
+    assert "<html" in out.stdout.lower() and drill["incident_id"] in out.stdout
+
+
+def test_the_package_list_names_every_package_of_the_tree():
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.relative_to(ROOT).parts) for p in (ROOT / "runbook").rglob("*")
+             if p.is_dir() and p.name != "__pycache__" and any(c.suffix in (".py", ".yaml") for c in p.iterdir())}
+    assert found | {"runbook", "runbook.playbooks", "runbook.templates"} == listed

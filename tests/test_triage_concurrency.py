@@ -7,12 +7,12 @@ import threading
 from runbook.clock import utc
 from runbook.errors import BackendUnavailable
 from runbook.loading import validation
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.triage.evaluate import evaluate
 
 
 def bundled():
-    registry = default_registry()
+    registry = load_builtin()
     results = [validation.load_playbook_file(f, registry) for f in validation.discover(validation.default_paths())]
     return [r.playbook for r in results if r.playbook is not None]
 

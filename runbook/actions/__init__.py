@@ -1,3 +1,16 @@
-"""The built-in actions, one module per family; importing this package registers them all."""
+"""The built-in actions, one module per family; `load_builtin()` registers them all.
 
-from runbook.actions import flow, http, k8s, k8s_changes, k8s_kill, node, prom  # noqa: F401  (registration by import)
+The composition roots (the CLI, the webhook, the drill) call it: the registry never imports the
+actions, the actions import the registry and register themselves with its decorator.
+"""
+
+from __future__ import annotations
+
+from runbook.registry import BUILTIN, Registry
+
+
+def load_builtin() -> Registry:
+    """The registry of every built-in action, each family registered by importing its module once."""
+    from runbook.actions import flow, http, k8s, k8s_changes, k8s_kill, node, prom  # noqa: F401  (registration)
+
+    return BUILTIN

@@ -1,7 +1,7 @@
 """The world the engine sees: small protocols and the plain values they exchange.
 
 Each protocol has a real implementation (Prometheus, Kubernetes, SSH, HTTP) and a simulated
-one (`runbook.backends.simulated`). Nothing here does I/O; errors are those of `runbook.errors`.
+one (`runbook.sim.world`). Nothing here does I/O; errors are those of `runbook.errors`.
 """
 
 from __future__ import annotations

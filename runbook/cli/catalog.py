@@ -13,11 +13,11 @@ from runbook.cli.output import output_option, print_columns, print_json, stdout_
 from runbook.errors import ExitCode, InvalidInput
 from runbook.loading import validation
 from runbook.loading.problems import format_report
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 
 def load_all(paths: tuple[str, ...]) -> list[validation.LoadResult]:
-    registry = default_registry()
+    registry = load_builtin()
     files = validation.discover(paths or validation.default_paths())
     missing = [str(f) for f in files if not Path(f).exists()]
     if missing:
@@ -99,7 +99,7 @@ def _param_rows(spec) -> list[dict]:
 @output_option
 def actions(name: str | None, output: str) -> None:
     """List every action (or describe one) with its kind, documentation and params."""
-    registry = default_registry()
+    registry = load_builtin()
     specs = registry.specs()
     if name is not None:
         spec = registry.get(name)

@@ -7,9 +7,9 @@ an action that needs a missing backend then fails with a message saying what to 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Mapping
 
+from runbook import settings
 from runbook.backends.base import World
 from runbook.config import Config
 
@@ -24,9 +24,12 @@ class Connection:
 
 
 def real_world(config: Config, connection: Connection, env: Mapping[str, str] | None = None) -> World:
-    from runbook.backends import http, kubernetes, prometheus, ssh
+    from runbook.backends.http import client as http
+    from runbook.backends.kubernetes import connect as kubernetes
+    from runbook.backends.prometheus import client as prometheus
+    from runbook.backends.ssh import nodes as ssh
 
-    env = os.environ if env is None else env
+    env = settings.environment() if env is None else env
     metrics = prometheus.connect(config, url=connection.prometheus_url, env=env)
     cluster = kubernetes.connect(config, kubeconfig=connection.kubeconfig, context=connection.kube_context,
                                  in_cluster=connection.in_cluster)

@@ -21,7 +21,7 @@ from runbook.cli.output import output_option, print_json, stderr_console
 @output_option
 def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_name: str | None, output: str) -> None:
     """Run the playbook of SCENARIO against a simulated world on virtual time."""
-    from runbook.drill import scenario as scenarios
+    from runbook.sim import scenario as scenarios
 
     if list_:
         found = scenarios.list_scenarios()

@@ -46,9 +46,9 @@ def gather_params(book, alert, pairs: tuple[str, ...], namespace: str | None) ->
 
 def resolve_playbook(name_or_path: str):
     from runbook.loading import validation
-    from runbook.registry import default_registry
+    from runbook.actions import load_builtin
 
-    registry = default_registry()
+    registry = load_builtin()
     path = Path(name_or_path)
     if not path.is_file():
         candidates = [d / f"{name_or_path}.yaml" for d in validation.default_paths()]

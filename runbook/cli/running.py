@@ -13,10 +13,10 @@ from runbook import settings
 from runbook.backends.base import World
 from runbook.clock import SystemClock
 from runbook.engine.runner import Engine, RunResult, default_operator_name
-from runbook import locks_kubernetes
+from runbook import shared_state
 from runbook.model.alert import Alert
 from runbook.model.playbook import Playbook
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 
 def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, params: Mapping[str, Any],
@@ -40,9 +40,9 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
         journal.subscribe(LiveView(console))
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
     caught = RunSignals()
-    engine = Engine(registry=default_registry(), world=world, clock=clock, journal=journal, operator=operator,
-                    locks=locks_kubernetes.target_locks(world, state),
-                    history=locks_kubernetes.history_for(world, state), dry_run=dry_run,
+    engine = Engine(registry=load_builtin(), world=world, clock=clock, journal=journal, operator=operator,
+                    locks=shared_state.target_locks(world, state),
+                    history=shared_state.history_for(world, state), dry_run=dry_run,
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
                     interrupted=caught.journaled(journal, clock), namespaces=namespaces)
     try:

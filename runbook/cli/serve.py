@@ -7,7 +7,6 @@ so `runbook --help` stays fast. Secrets come only from the environment or files,
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import click
 
+from runbook import settings
 from runbook.errors import InvalidInput, Refused, RunbookError
 
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
@@ -23,9 +23,9 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 def load_playbooks(paths: tuple[str, ...]):
     from runbook.loading import validation
     from runbook.loading.problems import format_report
-    from runbook.registry import default_registry
+    from runbook.actions import load_builtin
 
-    registry = default_registry()
+    registry = load_builtin()
     books, problems = {}, []
     for path in validation.discover(paths or validation.default_paths()):
         loaded = validation.load_playbook_file(path, registry)
@@ -125,8 +125,8 @@ def make_coordination(kind: str, cluster, *, namespace: str | None, replica: str
     """None (local: the state dir decides) or the Kubernetes coordination on the connected cluster."""
     import socket
 
-    from runbook.backends.kubernetes_cluster import KubernetesCluster
-    from runbook.webhook.coordination import KubernetesCoordination
+    from runbook.backends.kubernetes.cluster import KubernetesCluster
+    from runbook.backends.kubernetes.claims import KubernetesCoordination
 
     if kind == "local":
         return None
@@ -151,7 +151,7 @@ def describe_coordination(shared) -> str:
 
 
 def _operator_token(token_file: str | None) -> str:
-    raw = Path(token_file).read_text(encoding="utf-8") if token_file else os.environ.get("RUNBOOK_OPERATOR_TOKEN", "")
+    raw = Path(token_file).read_text(encoding="utf-8") if token_file else settings.environment().get("RUNBOOK_OPERATOR_TOKEN", "")
     entries = [e.strip() for e in raw.replace("\n", ",").split(",") if e.strip() and not e.strip().startswith("#")]
     if not entries:
         raise click.UsageError("no operator token: set RUNBOOK_OPERATOR_TOKEN or pass --token-file")

@@ -8,14 +8,14 @@ conditions as alerting rules. Heavy imports stay inside the commands.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import re
 from pathlib import Path
 from typing import Any
 
 import click
 
-from runbook.cli.options import connection_options, safety_options
+from runbook import settings
+from runbook.cli.options import connection_options, metrics_options, safety_options
 from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
 from runbook.errors import ExitCode, InvalidInput
 
@@ -74,10 +74,10 @@ def _load_playbooks(paths: tuple[str, ...]) -> tuple[list, list[dict[str, str]]]
 
 
 def _metrics(config, prometheus_url: str | None, profile: str | None):
-    from runbook.backends import prometheus
+    from runbook.backends.prometheus import client as prometheus
     from runbook.signals.catalog import build_catalog
 
-    metrics = prometheus.connect(config, url=prometheus_url, env=os.environ)
+    metrics = prometheus.connect(config, url=prometheus_url, env=settings.environment())
     if metrics is None:
         raise click.UsageError("no Prometheus to ask: give --prometheus-url, set RUNBOOK_PROMETHEUS_URL, or put "
                                "`prometheus: {url: …}` in the config file")
@@ -294,11 +294,10 @@ def _print_views(out, views: dict[str, Any]) -> None:
 @click.option("--check", is_flag=True, help="Ask Prometheus whether each signal returns data (at --at).")
 @click.option("--at", "at_text", default=None, metavar="TIME", help="With --check: when (default now).")
 @click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
-@connection_options
+@metrics_options
 @output_option
 def signals(check: bool, at_text: str | None, profile: str | None, config_path: str | None,
-            prometheus_url: str | None, kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
-            namespace: str | None, output: str) -> None:
+            prometheus_url: str | None, namespace: str | None, output: str) -> None:
     """Show the signal catalog in effect: each signal's PromQL, unit and origin.
 
     With --check, query each one and say whether it returns data: a signal a playbook detects

@@ -13,7 +13,8 @@ from pathlib import Path
 from runbook import journal as journals
 from runbook import settings
 from runbook.clock import FakeClock
-from runbook.drill.scenario import Scenario, build_world, load_scenario
+from runbook.sim.scenario import Scenario, load_scenario
+from runbook.sim.world import build_world
 from runbook.engine.operator import Operator
 from runbook.engine.runner import Engine, RunResult
 from runbook.errors import InvalidInput
@@ -22,7 +23,8 @@ from runbook.locks import MemoryLocks
 from runbook.model.alert import Alert
 from runbook.model.events import Event
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry, default_registry
+from runbook.registry import Registry
+from runbook.actions import load_builtin
 from runbook.reporting import rca
 
 
@@ -64,7 +66,7 @@ def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = Fal
               interrupted: Callable[[journals.Journal, FakeClock], Callable[[], str | None]] | None = None,
               ) -> DrillResult:
     """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals)."""
-    registry = registry or default_registry()
+    registry = registry or load_builtin()
     scenario = load_scenario(name)
     playbook = bundled_playbook(scenario.playbook, registry)
     clock = FakeClock(scenario.t0)

@@ -16,10 +16,11 @@ from typing import Any
 
 import pydantic
 
+from runbook import templating
 from runbook.actions.base import ActionResult, Evidence, Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import Clock
-from runbook.engine import guards, namespaces, templating
+from runbook.engine import guards, namespaces
 from runbook.engine.operator import Confirmation, ConfirmRequest, Operator
 from runbook.errors import (BackendError, BackendUnavailable, Conflict, InvalidInput, JournalError, NotFound, Refused,
                             RunbookError, StalePlan)

@@ -12,15 +12,13 @@ import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 import pydantic
 from pydantic import AliasChoices, BaseModel
 
+from runbook.loading.positions import Positions
 from runbook.redaction import looks_secret
-
-if TYPE_CHECKING:
-    from runbook.loading.yamlsource import Positions
 
 __all__ = [
     "CODES",

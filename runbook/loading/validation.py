@@ -8,14 +8,13 @@ steps and params — at load time, not at 3am.
 from __future__ import annotations
 
 import dataclasses
-import importlib.resources
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pydantic
 
-from runbook.engine import templating
+from runbook import bundled, templating
 from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
 from runbook.loading.yamlsource import Positions, load_yaml, read_yaml_text
 from runbook.model.playbook import Playbook
@@ -36,7 +35,7 @@ class LoadResult:
 
 
 def bundled_dir() -> Path:
-    return Path(str(importlib.resources.files("runbook") / "playbooks"))
+    return bundled.folder("playbooks")
 
 
 def discover(paths: Iterable[str | Path]) -> list[Path]:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import importlib.resources
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -16,7 +15,7 @@ from typing import Literal
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 
-from runbook import safe_fs
+from runbook import bundled, safe_fs
 from runbook.errors import InvalidInput, RunbookError
 from runbook.journal import read_journal
 from runbook.model import events as ev
@@ -34,8 +33,7 @@ class Report:
 
 
 def _environment(fmt: Format, template: Path | None) -> tuple[jinja2.Environment, str]:
-    bundled = jinja2.FileSystemLoader(str(importlib.resources.files("runbook") / "templates"))
-    loaders: list[jinja2.BaseLoader] = [bundled]
+    loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader(str(bundled.folder("templates")))]
     name = f"rca.{fmt}.j2"
     if template is not None:
         if not template.is_file():

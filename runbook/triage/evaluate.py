@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import Metrics, Series
-from runbook.engine import templating
+from runbook import templating
 from runbook.errors import BackendUnavailable, ExitCode, RunbookError
 from runbook.model.playbook import Detect, Playbook
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runbook.engine import templating
+from runbook import templating
 from runbook.errors import InvalidInput
 from runbook.model.playbook import Playbook
 from runbook.signals import promql

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runbook.model.alert import Alert
-from runbook.webhook.inbound import (GO_ZERO, Delivery, Inbound, Malformed, digest, load_json, parse_any_time,
+from runbook.errors import Malformed
+from runbook.webhook.inbound import (GO_ZERO, Delivery, Inbound, digest, load_json, parse_any_time,
                                      parse_time, plausible, string_map)
 
 _FINGERPRINT = re.compile(r"^[0-9a-fA-F]{1,32}$")

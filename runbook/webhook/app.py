@@ -20,11 +20,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runbook.errors import JournalError
+from runbook.errors import Busy, ClaimedElsewhere, CoordinationUnavailable, JournalError, Malformed, Rejected
 from runbook.webhook import alertmanager, pagerduty
-from runbook.webhook.coordination import ClaimedElsewhere, CoordinationUnavailable
-from runbook.webhook.inbound import Delivery, Malformed
-from runbook.webhook.intake import Busy
+from runbook.webhook.inbound import Delivery
 from runbook.webhook.service import Service
 
 log = logging.getLogger("runbook.webhook")
@@ -32,12 +30,6 @@ ENABLE = {"pagerduty": "set RUNBOOK_PAGERDUTY_SECRET or pass --pagerduty-secret-
           "alertmanager": "set RUNBOOK_ALERTMANAGER_TOKEN or pass --alertmanager-token-file"}
 RETRY_AFTER = "30"
 RETRY_SOON = "5"  # another replica holds the claim: it commits or gives it up within seconds
-
-
-class Rejected(Exception):
-    def __init__(self, status: int, verdict: str, message: str, headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status, self.verdict, self.message, self.headers = status, verdict, message, headers or {}
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -96,13 +88,13 @@ def create_app(service: Service) -> Starlette:
         except Malformed as exc:
             metrics.deliveries.labels(source, "malformed").inc()
             return _error(400, str(exc)[:500])
-        except Busy:
-            metrics.deliveries.labels(source, "busy").inc()
-            return _error(503, "the run queue is full; retry later", {"Retry-After": RETRY_AFTER})
-        except ClaimedElsewhere as exc:
+        except ClaimedElsewhere as exc:  # before Busy, which it is a kind of
             metrics.deliveries.labels(source, "in_flight").inc()
             return _error(503, f"another replica is taking this delivery ({exc}); retry shortly",
                           {"Retry-After": RETRY_SOON})
+        except Busy:
+            metrics.deliveries.labels(source, "busy").inc()
+            return _error(503, "the run queue is full; retry later", {"Retry-After": RETRY_AFTER})
         except CoordinationUnavailable as exc:
             log.error("cannot claim a %s delivery in the shared state: %s", source, exc)
             metrics.deliveries.labels(source, "unavailable").inc()

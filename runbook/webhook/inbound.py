@@ -13,14 +13,11 @@ import json
 import re
 from typing import Any, Literal
 
+from runbook.errors import Malformed
 from runbook.model.alert import Alert
 from runbook.model.json_depth import nesting_depth
 
 Effect = Literal["open", "update", "close"]
-
-
-class Malformed(ValueError):
-    """The payload can never be accepted as it is: answered 400, and the sender should not retry."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,9 +68,7 @@ def load_json(body: bytes) -> Any:
         doc = json.loads(text, parse_constant=_no_constant)
     except RecursionError:  # not reached after the depth check; kept so a parser change cannot make it a 500
         raise Malformed(f"the body is nested too deep; at most {MAX_DEPTH} levels") from None
-    except ValueError as exc:
-        if isinstance(exc, Malformed):
-            raise
+    except ValueError as exc:  # a Malformed from _no_constant is not a ValueError: it passes through
         raise Malformed(f"the body is not JSON: {exc}") from None
     if _SURROGATE_ESCAPE.search(text):  # only a \uD800-\uDFFF escape can leave a lone surrogate
         _refuse_surrogates(doc)

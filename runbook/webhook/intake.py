@@ -20,18 +20,14 @@ from typing import Any
 
 from runbook import journal as journals
 from runbook.clock import Clock
-from runbook.errors import JournalError
+from runbook.backends.coordination import Claim, Coordination
+from runbook.errors import Busy, ClaimedElsewhere, JournalError
 from runbook.model import events as ev
 from runbook.webhook import records
-from runbook.webhook.coordination import Claim, ClaimedElsewhere, Coordination, LocalCoordination, claims_released
+from runbook.webhook.coordination import LocalCoordination, claims_released
 from runbook.webhook.inbound import Delivery, Inbound, digest
 from runbook.webhook.routing import Router
 from runbook.webhook.store import Store
-
-
-class Busy(Exception):
-    """Runs already wait in the store beyond the queue's size: answered 503 with Retry-After, before
-    anything is written. It depends on the backlog before a delivery, never on its size."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from runbook.model.alert import Alert
-from runbook.webhook.inbound import Delivery, Inbound, Malformed, load_json, parse_time
+from runbook.errors import Malformed
+from runbook.webhook.inbound import Delivery, Inbound, load_json, parse_time
 
 SIGNATURE_HEADER = "x-pagerduty-signature"
 WEBHOOK_ID_HEADER = "x-webhook-id"

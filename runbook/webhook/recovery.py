@@ -8,17 +8,30 @@ every step already applied.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
 
 from runbook import journal as journals
+from runbook.clock import Clock
 from runbook.model import events as ev
 from runbook.model.events import Event
 from runbook.model.playbook import Playbook
+from runbook.registry import Registry
 from runbook.webhook import records
 from runbook.webhook.store import IncidentRow
 
-if TYPE_CHECKING:
-    from runbook.webhook.runs import Runs
+
+class Runs(Protocol):
+    """What recovery needs of `runbook.webhook.runs.Runs`, which calls it: named here, not imported back."""
+
+    registry: Registry
+    state: Path
+    clock: Clock
+    owner: str
+
+    def execute(self, row: IncidentRow, book: Playbook, skip: Mapping[str, str], *,
+                dry_run: bool = False) -> tuple[Any, journals.JsonlJournal]: ...
 
 RECOVERED_BY = "found applied after a restart"
 
@@ -49,7 +62,7 @@ def applied_steps(events: list[Event]) -> dict[str, str]:
     return {e.step: e.run for e in events if e.type == ev.ACTION_APPLIED and e.step}
 
 
-def check(runs: "Runs", row: IncidentRow, book: Playbook, planned: Event, skip: dict[str, str]) -> tuple[str, str]:
+def check(runs: Runs, row: IncidentRow, book: Playbook, planned: Event, skip: dict[str, str]) -> tuple[str, str]:
     """applied | not_applied | not_needed | changed | unknown, and why."""
     action, target = planned.data.get("action", "?"), planned.data.get("target", "?")
     spec = runs.registry.get(str(action))
@@ -77,7 +90,7 @@ def _show(value: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
 
 
-def recover(runs: "Runs", row: IncidentRow, book: Playbook) -> dict[str, str] | None:
+def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | None:
     """Close the interrupted runs; the steps a re-run must skip, or None when a human must decide."""
     path = journals.incident_dir(runs.state, row.id) / "journal.jsonl"
     events = journals.read_journal(path).events

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runbook import journal as journals
-from runbook import locks_kubernetes
+from runbook import shared_state
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine.runner import ACTION_PROPOSED, Engine, RunResult
@@ -115,8 +115,8 @@ class Runs:
                     skip.setdefault(earlier, f"comes before the approved step {step}; decided in an earlier run")
         journal = journals.JsonlJournal.for_incident(self.state, row.id, journals.new_run_id())
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
-                        operator=operator, locks=locks_kubernetes.target_locks(self.world, self.state),
-                        history=locks_kubernetes.history_for(self.world, self.state),
+                        operator=operator, locks=shared_state.target_locks(self.world, self.state),
+                        history=shared_state.history_for(self.world, self.state),
                         dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}",
                         namespaces=self.namespaces)
         try:

@@ -21,9 +21,11 @@ from runbook.backends.base import World
 from runbook.clock import Clock, SystemClock
 from runbook.errors import JournalError
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry, default_registry
+from runbook.registry import Registry
+from runbook.actions import load_builtin
 from runbook.webhook import records
-from runbook.webhook.coordination import Coordination, LocalCoordination
+from runbook.backends.coordination import Coordination
+from runbook.webhook.coordination import LocalCoordination
 from runbook.webhook.inbound import Delivery
 from runbook.webhook.intake import Ack, Intake
 from runbook.webhook.metrics import Metrics
@@ -59,7 +61,7 @@ class Service:
                  coordination: Coordination | None = None, namespaces: Collection[str] | None = None):
         self.config, self.secrets, self.state, self.world = config, secrets, Path(state), world
         self.clock = clock or SystemClock()
-        self.registry = registry or default_registry()
+        self.registry = registry or load_builtin()
         self.env = env
         self.coordination = coordination or LocalCoordination()
         self.store = Store(self.state / "webhook" / "state.sqlite3")

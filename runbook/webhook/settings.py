@@ -6,7 +6,6 @@ Secrets are never flags (they would show in `ps`) and never printed: `Secrets` h
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Literal
 
 import pydantic
 
+from runbook import settings
 from runbook.model.patterns import checked_regex
 from runbook.errors import InvalidInput
 from runbook.model.duration import Duration
@@ -100,7 +100,7 @@ def _read(path: str | Path, what: str) -> str:
 def load_secrets(env: Mapping[str, str] | None = None, *, pagerduty_file: str | None = None,
                  alertmanager_file: str | None = None, operator_file: str | None = None) -> Secrets:
     """Secrets from the files given, else from the environment (comma-separated lists allow rotation)."""
-    env = os.environ if env is None else env
+    env = settings.environment() if env is None else env
     pd = _split(_read(pagerduty_file, "PagerDuty secret")) if pagerduty_file else _split(env.get(PAGERDUTY_SECRET_ENV, ""))
     am = (_split(_read(alertmanager_file, "Alertmanager token")) if alertmanager_file
           else _split(env.get(ALERTMANAGER_TOKEN_ENV, "")))

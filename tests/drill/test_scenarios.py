@@ -9,11 +9,11 @@ import textwrap
 
 import pytest
 
+from runbook import bundled
 from runbook.clock import FakeClock
-from runbook.drill.scenario import (
-    Scenario, build_world, list_scenarios, load_scenario, parse_scenario, scenario_names,
-)
 from runbook.errors import BackendUnavailable, InvalidInput
+from runbook.sim.scenario import Scenario, list_scenarios, load_scenario, parse_scenario, scenario_names
+from runbook.sim.world import build_world
 
 BUNDLED = {"oom-surge": "resolved", "waiting-queue": "resolved", "zombie-process": "resolved",
            "lingering-cuda-context": "resolved", "waiting-queue-all-unready": "refused",
@@ -68,7 +68,7 @@ def test_a_scenario_loads_from_a_path(tmp_path):
 
 
 def test_each_scenario_names_a_bundled_playbook():
-    folder = importlib.resources.files("runbook") / "playbooks"
+    folder = bundled.folder("playbooks")
     playbooks = {p.name.rsplit(".", 1)[0] for p in folder.iterdir() if p.name.endswith(".yaml")}
     assert playbooks, f"no playbooks bundled in {folder}"
     for s in list_scenarios():

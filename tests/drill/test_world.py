@@ -11,9 +11,10 @@ import re
 import pytest
 
 from runbook.backends.base import World
-from runbook.backends.simulated import SimulatedWorld
+from runbook.sim.world import SimulatedWorld
 from runbook.clock import FakeClock
-from runbook.drill.scenario import Scenario, build_world, load_scenario
+from runbook.sim.scenario import Scenario, load_scenario
+from runbook.sim.world import build_world
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound
 
 MEMORY = ["nvidia-smi", "-q", "-d", "MEMORY"]

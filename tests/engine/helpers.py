@@ -10,7 +10,7 @@ from runbook.engine.runner import Engine
 from runbook.journal import History, JsonlJournal, MemoryJournal
 from runbook.loading.validation import load_playbook_text
 from runbook.locks import MemoryLocks
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.testing import FakeCluster, FakeMetrics, FakeWorkload
 
 ARGS = ("--model=meta-llama/Meta-Llama-3-8B-Instruct", "--max-model-len=7372", "--port=8000")
@@ -36,7 +36,7 @@ steps:
 
 
 def playbook(text: str = PLAYBOOK, guard: str = "{floor: 1}"):
-    loaded = load_playbook_text(text.replace("GUARD", guard), file="test.yaml", registry=default_registry())
+    loaded = load_playbook_text(text.replace("GUARD", guard), file="test.yaml", registry=load_builtin())
     assert loaded.playbook is not None, [p.format() for p in loaded.problems]
     return loaded.playbook
 
@@ -54,7 +54,7 @@ def engine(clock, *, metrics=None, cluster_=None, operator=None, journal=None, l
         journal = JsonlJournal.for_incident(state, incident, "run-1") if state else MemoryJournal(incident)
     world = World(metrics=metrics if metrics is not None else FakeMetrics({"oom_failures_per_min": 4}),
                   cluster=cluster_ if cluster_ is not None else cluster())
-    return Engine(registry=default_registry(), world=world, clock=clock, journal=journal,
+    return Engine(registry=load_builtin(), world=world, clock=clock, journal=journal,
                   operator=operator or AssumeYes("alice"), locks=locks or MemoryLocks(),
                   history=history or History(state, extra=journal if state is None else None),
                   dry_run=dry_run, kill_switch=kill_switch)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from runbook.backends.kubernetes import connect
+from runbook.backends.kubernetes.connect import connect
 from runbook.config import EMPTY, load_config
-from runbook.drill.scenario import load_scenario, parse_scenario
+from runbook.sim.scenario import load_scenario, parse_scenario
 from runbook.errors import InvalidInput
 from runbook.loading import yamlsource
 from runbook.loading.validation import load_playbook_file
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 SCENARIO = """\
 name: tiny
@@ -66,7 +66,7 @@ def test_f5_a_billion_laughs_in_a_kubeconfig_is_refused(tmp_path):
 
 def test_f5_a_billion_laughs_in_a_config_file_is_refused(tmp_path):
     file = tmp_path / "runbook.yaml"
-    file.write_text("safety:\n" + laughs())
+    file.write_text("webhook:\n" + laughs())
     with pytest.raises(InvalidInput) as info:
         load_config(file)
     refused_by_the_alias_limit(str(info.value), file)
@@ -97,13 +97,13 @@ def test_f5_a_file_over_the_size_limit_is_refused_by_name(tmp_path):
     with pytest.raises(InvalidInput, match=limit) as info:
         load_scenario(scenario)
     assert str(scenario) in str(info.value)
-    config = oversized(tmp_path / "runbook.yaml", "safety: {}\n")
+    config = oversized(tmp_path / "runbook.yaml", "webhook: {}\n")
     with pytest.raises(InvalidInput, match=limit):
         load_config(config)
     kubeconfig = oversized(tmp_path / "kubeconfig", KUBECONFIG)
     with pytest.raises(InvalidInput, match=limit):
         connect(EMPTY, kubeconfig=str(kubeconfig))
-    result = load_playbook_file(oversized(tmp_path / "pb.yaml", "name: pb\n"), default_registry())
+    result = load_playbook_file(oversized(tmp_path / "pb.yaml", "name: pb\n"), load_builtin())
     assert result.playbook is None and any(limit in p.message for p in result.problems)
 
 

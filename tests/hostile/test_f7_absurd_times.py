@@ -11,7 +11,7 @@ import pytest
 
 from runbook.clock import FakeClock, utc
 from runbook.webhook import alertmanager, pagerduty
-from runbook.webhook.inbound import Malformed
+from runbook.errors import Malformed
 from tests.webhook.helpers import am_headers, pd_headers, request, serve
 
 NOW = utc(2026, 3, 14, 3, 20, 0)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import paramiko
 import pytest
 
-from runbook.backends.ssh import SshNodes
+from runbook.backends.ssh.nodes import SshNodes
 from runbook.errors import BackendUnavailable
 
 

@@ -54,7 +54,7 @@ def kubeconfig(k8s, tmp_path):
 
 
 def connect_cluster(kubeconfig, **section):
-    from runbook.backends.kubernetes import connect
+    from runbook.backends.kubernetes.connect import connect
 
     settings = {"request_timeout": 5, "connect_timeout": 2, "retries": 3, "max_retry_wait": 10} | section
     return connect(Config(None, {"kubernetes": settings}), kubeconfig=str(kubeconfig), context="runbook-test")

@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from runbook.backends.kubernetes import connect
+from runbook.backends.kubernetes.connect import connect
 from runbook.config import EMPTY, Config
 from runbook.errors import InvalidInput
 
@@ -27,7 +27,7 @@ def _kubeconfig(path, contexts, current=None):
 
 
 def test_nothing_configured_is_none_and_imports_no_client():
-    code = ("import sys; from runbook.backends.kubernetes import connect; from runbook.config import EMPTY\n"
+    code = ("import sys; from runbook.backends.kubernetes.connect import connect; from runbook.config import EMPTY\n"
             "assert connect(EMPTY) is None\nprint('kubernetes' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))

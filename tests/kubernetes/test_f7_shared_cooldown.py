@@ -15,15 +15,16 @@ import pytest
 import yaml
 
 from runbook.backends.base import World
-from runbook.backends.kubernetes_ledger import AppliedLedger, record_name
+from runbook.backends.kubernetes.ledger import AppliedLedger, record_name
 from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import BackendError, BackendUnavailable
 from runbook.history import SharedHistory
 from runbook.journal import Application, History, JsonlJournal
-from runbook.locks_kubernetes import LeaseLocks, history_for
-from runbook.registry import default_registry
+from runbook.backends.kubernetes.leases import LeaseLocks
+from runbook.shared_state import history_for
+from runbook.actions import load_builtin
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import playbook
@@ -49,7 +50,7 @@ steps:
 def _engine(cluster, state, incident: str, at: dt.datetime) -> tuple[Engine, JsonlJournal]:
     world = World(metrics=FakeMetrics({"oom_failures_per_min": 4}), cluster=cluster)
     journal = JsonlJournal.for_incident(state, incident, "run-1")
-    return Engine(registry=default_registry(), world=world, clock=FakeClock(at), journal=journal,
+    return Engine(registry=load_builtin(), world=world, clock=FakeClock(at), journal=journal,
                   operator=AssumeYes("alice"), locks=LeaseLocks(cluster), history=history_for(world, state)), journal
 
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from runbook.errors import Refused
-from runbook.locks_kubernetes import LeaseLocks, lease_name
+from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
 from tests.kubernetes.apiserver.server import REPO
 from tests.kubernetes.conftest import connect_cluster
 
@@ -78,10 +78,10 @@ def test_an_unreachable_lease_api_refuses_rather_than_acting_unlocked(k8s, clust
 RACER = textwrap.dedent("""
     import pathlib, sys, time
     sys.path.insert(0, {repo!r})
-    from runbook.backends.kubernetes import connect
+    from runbook.backends.kubernetes.connect import connect
     from runbook.config import Config
     from runbook.errors import Refused
-    from runbook.locks_kubernetes import LeaseLocks
+    from runbook.backends.kubernetes.leases import LeaseLocks
 
     name, other = sys.argv[1], sys.argv[2]
     cluster = connect(Config(None, {{"kubernetes": {{}}}}), kubeconfig={kubeconfig!r}, context="runbook-test")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook.backends.kubernetes_objects import exit_status, pod_from, selector_text, workload_from
+from runbook.backends.kubernetes.objects import exit_status, pod_from, selector_text, workload_from
 from runbook.errors import InvalidInput
 from tests.kubernetes.apiserver import patches
 from tests.kubernetes.apiserver.errors import ApiError

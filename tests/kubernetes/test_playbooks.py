@@ -14,14 +14,14 @@ from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.journal import History, MemoryJournal
 from runbook.loading import validation
-from runbook.locks_kubernetes import LeaseLocks
-from runbook.registry import default_registry
+from runbook.backends.kubernetes.leases import LeaseLocks
+from runbook.actions import load_builtin
 from tests.conftest import assert_sequence, data_text
 from tests.kubernetes.fleet import Fleet
 
 
 def bundled(name: str):
-    registry = default_registry()
+    registry = load_builtin()
     path = next(d / f"{name}.yaml" for d in validation.default_paths() if (d / f"{name}.yaml").is_file())
     loaded = validation.load_playbook_file(path, registry)
     assert loaded.playbook is not None, [p.format() for p in loaded.problems]
@@ -30,7 +30,7 @@ def bundled(name: str):
 
 def run(name: str, cluster, fleet: Fleet, *, dry_run: bool = False):
     journal = MemoryJournal(f"inc-{name}")
-    engine = Engine(registry=default_registry(), world=World(metrics=fleet, cluster=cluster, http=fleet),
+    engine = Engine(registry=load_builtin(), world=World(metrics=fleet, cluster=cluster, http=fleet),
                     clock=FakeClock(utc(2026, 3, 14, 3, 12, 7)), journal=journal, operator=AssumeYes("alice"),
                     locks=LeaseLocks(cluster), history=History(None, extra=journal), dry_run=dry_run)
     return engine.run(bundled(name)), journal.events()

@@ -7,10 +7,10 @@ import datetime as dt
 
 import pytest
 
-from runbook.backends.kubernetes_ledger import AppliedLedger
+from runbook.backends.kubernetes.ledger import AppliedLedger
 from runbook.errors import BackendUnavailable
 from runbook.journal import Application
-from runbook.locks_kubernetes import LeaseLocks, lease_name
+from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
 from tests.kubernetes import world
 from tests.kubernetes.apiserver.kubelet import ExecAnswer
 from tests.kubernetes.apiserver.rbac import load_policy

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from runbook.backends import sim_formats
+from runbook.sim import formats as sim_formats
 from runbook.parsers.errors import ParseError
 from runbook.parsers.kill_by_identity import Target, Verdict, argv, parse_report
 from runbook.parsers.procs import ProcStat, parse_proc_stat, parse_proc_stats

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from runbook.backends.prometheus import PrometheusMetrics, connect
-from runbook.backends.prometheus_config import PrometheusSection
+from runbook.backends.prometheus.client import PrometheusMetrics, connect
+from runbook.backends.prometheus.config import PrometheusSection
 from runbook.config import EMPTY, load_config
 from runbook.errors import BackendError, BackendUnavailable, InvalidInput
 from runbook.signals.catalog import build_catalog

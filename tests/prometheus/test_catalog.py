@@ -7,7 +7,7 @@ import pytest
 from runbook.config import load_config
 from runbook.errors import InvalidInput
 from runbook.loading import validation
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.signals import promql
 from runbook.signals.catalog import build_catalog, bundled_profiles
 
@@ -20,7 +20,7 @@ def config_file(tmp_path, text: str):
 
 def playbook_signals() -> set[str]:
     """Every signal a bundled playbook names: in `detect` and in its steps' params."""
-    registry = default_registry()
+    registry = load_builtin()
     names = set()
     for path in validation.discover([validation.bundled_dir()]):
         book = validation.load_playbook_file(path, registry).playbook

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from runbook.cli import main
 from runbook.loading import validation
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.signals.catalog import build_catalog
 from runbook.triage.rules import alerting_rules
 from tests.prometheus.conftest import need_binary
@@ -26,7 +26,7 @@ def invoke(*args: str):
 
 
 def bundled_playbooks():
-    registry = default_registry()
+    registry = load_builtin()
     found = [validation.load_playbook_file(f, registry) for f in validation.discover([validation.bundled_dir()])]
     return [r.playbook for r in found if r.playbook is not None]
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from runbook.backends.base import World
-from runbook.backends.prometheus import PrometheusMetrics
+from runbook.backends.prometheus.client import PrometheusMetrics
 from runbook.cli import main
 from runbook.signals.catalog import build_catalog
 from runbook.testing import FakeCluster

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from runbook.backends.simulated import SimulatedWorld, _log_lines
+from runbook.sim.world import SimulatedWorld, _log_lines
 from runbook.clock import FakeClock
 from runbook.errors import RunbookError
 from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from runbook.drill.scenario import scenario_names
+from runbook.sim.scenario import scenario_names
 from runbook.engine.operator import AssumeYes
 from tests.conftest import REQUIRE_INTEGRATION
 from tests.prometheus.conftest import free_port, need_binary

@@ -16,17 +16,19 @@ from typing import Any
 import yaml
 
 from runbook import journal as journals
-from runbook import locks_kubernetes, settings
+from runbook import settings
+from runbook import shared_state
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.cli.connect import Connection, close_world, real_world
 from runbook.config import load_config
 from runbook.drill.run import bundled_playbook
-from runbook.drill.scenario import Scenario, build_world
+from runbook.sim.scenario import Scenario
+from runbook.sim.world import build_world
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine, RunResult
 from runbook.model.events import Event
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from tests.kubernetes.apiserver.server import ApiServer
 from tests.realstack.cluster import ProjectedCluster, ProjectingClock
 from tests.realstack.nodes import NodeLogins, Oracle
@@ -102,14 +104,14 @@ def real_backends(laid: Laid) -> World:
 
 def run_in_process(laid: Laid, played: Played, state: Path) -> tuple[RunResult, list[Event]]:
     """The engine as `runbook.cli.running.run_playbook` builds it, but on the scenario's clock."""
-    registry = default_registry()
+    registry = load_builtin()
     playbook = bundled_playbook(played.scenario.playbook, registry)
     world = real_backends(laid)
     incident = journals.new_incident_id(laid.clock.now(), playbook.name)
     journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
     operator = AssumeYes("realstack")
     engine = Engine(registry=registry, world=world, clock=laid.clock, journal=journal, operator=operator,
-                    locks=locks_kubernetes.target_locks(world, state), history=journals.History(state),
+                    locks=shared_state.target_locks(world, state), history=journals.History(state),
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
     try:
         result = engine.run(playbook, alert=alert_of(played.scenario), params=played.scenario.params)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook.drill.scenario import scenario_names
+from runbook.sim.scenario import scenario_names
 from runbook.engine.operator import AssumeYes
 from tests.realstack import timeline
 from tests.realstack.harness import run_in_process

@@ -13,16 +13,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from runbook import journal as journals
-from runbook.backends.simulated import SimulatedWorld
+from runbook.sim.world import SimulatedWorld
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook, run_drill
-from runbook.drill.scenario import Scenario, build_world, load_scenario
+from runbook.sim.scenario import Scenario, load_scenario
+from runbook.sim.world import build_world
 from runbook.engine.operator import Operator
 from runbook.engine.runner import Engine, RunResult
 from runbook.locks import MemoryLocks
 from runbook.model.alert import Alert
 from runbook.model.events import Event
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 METRIC_PREFIX = "runbook_drill:"  # one gauge per scenario signal, carrying the scenario's own labels
 GRID = 1.0  # seconds between samples; Prometheus runs with a lookback of the same length
@@ -66,7 +67,7 @@ def reference_events(name: str, state: Path, operator: Operator) -> tuple[RunRes
 
 def play(name: str, state: Path, operator: Operator) -> Played:
     """The drill as `run_drill` runs it, keeping its world and the windows its queries read."""
-    registry = default_registry()
+    registry = load_builtin()
     scenario = load_scenario(name)
     playbook = bundled_playbook(scenario.playbook, registry)
     clock = FakeClock(scenario.t0)

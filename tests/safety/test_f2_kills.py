@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from runbook.actions.base import Plan, StepContext
-from runbook.backends.sim_model import Proc
+from runbook.sim.model import Proc
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook
-from runbook.drill.scenario import build_world, load_scenario
+from runbook.sim.scenario import load_scenario
+from runbook.sim.world import build_world
 from runbook.engine.operator import AssumeYes, ConfirmRequest, Confirmation
 from runbook.engine.runner import Engine
 from runbook.journal import History, MemoryJournal
@@ -27,7 +28,7 @@ from runbook.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.model.alert import Alert
 from runbook.parsers import kill_by_identity, procs
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 
 ORPHAN = 48213  # lingering-cuda-context: the orphaned vLLM worker on gpu-node-2
 
@@ -54,7 +55,7 @@ class Sim:
     scenario: object
 
     def engine(self, operator, locks=None) -> Engine:
-        return Engine(registry=default_registry(), world=self.world.world_backends(), clock=self.clock,
+        return Engine(registry=load_builtin(), world=self.world.world_backends(), clock=self.clock,
                       journal=self.journal, operator=operator, locks=locks or MemoryLocks(),
                       history=History(None, extra=self.journal), holder="test")
 
@@ -78,7 +79,7 @@ def sim(name: str) -> Sim:
 
 
 def plan_of(s: Sim, action: str, **params) -> Plan:
-    spec = default_registry().get(action)
+    spec = load_builtin().get(action)
     return spec.func(s.context(), spec.params.model_validate(params))  # type: ignore[union-attr]
 
 
@@ -124,7 +125,7 @@ def test_f2_node_kill_spares_a_pid_reused_between_plan_and_apply(same_cgroup):
     operator = MeanwhileYes("kill-holders", lambda: reused.append(reuse_host_pid(
         s, "gpu-node-2", ORPHAN, "/usr/bin/dcgm-exporter -f /etc/dcgm-exporter/default-counters.csv",
         same_cgroup=same_cgroup)))
-    s.run(bundled_playbook("lingering-cuda-context", default_registry()), operator)
+    s.run(bundled_playbook("lingering-cuda-context", load_builtin()), operator)
     newcomer = reused[0]
     assert newcomer.alive, "the process that got the planned PID afterwards was killed"
     assert not [m for m in s.world.mutations if m.get("pid") == ORPHAN and m.get("via", "").startswith("node")]
@@ -152,7 +153,7 @@ def test_f2_pod_kill_spares_a_restarted_server_with_the_same_pid():
         s.clock.advance(30)
         since.append(len(state.mutations))
 
-    s.run(bundled_playbook("oom-surge", default_registry()), MeanwhileYes("kill-server", restart))
+    s.run(bundled_playbook("oom-surge", load_builtin()), MeanwhileYes("kill-server", restart))
     signals = [m for m in state.mutations[since[0]:] if m["op"] in ("process_killed", "process_signalled")]
     assert signals == [], "the restarted server was signalled"
     outcome = s.applied("kill-server")["result"]
@@ -223,7 +224,7 @@ steps:
     with: {workload: statefulset/vllm-server, container: vllm}
     guard: {min_ready: 0}
 """
-    playbook = load_playbook_text(text, file="kill.yaml", registry=default_registry()).playbook
+    playbook = load_playbook_text(text, file="kill.yaml", registry=load_builtin()).playbook
     with locks.hold("llm/statefulset/vllm-server", holder="another run scaling vllm-server"):
         result = s.run(playbook, AssumeYes("alice"), locks)
     refused = [e.data for e in s.journal.events() if e.type == ev.GUARD_REFUSED]

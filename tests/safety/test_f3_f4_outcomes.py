@@ -13,12 +13,13 @@ from runbook.actions.base import ActionResult
 from runbook.actions.flow import VerifyParams
 from runbook.actions.k8s_kill import KillProcessParams
 from runbook.actions.node import KillPidsParams
-from runbook.backends.prometheus import PrometheusMetrics
+from runbook.backends.prometheus.client import PrometheusMetrics
 from runbook.errors import BackendError
 from runbook.journal import History
 from runbook.loading.validation import load_playbook_text
 from runbook.model import events as ev
-from runbook.registry import ActionParams, Kind, Registry, action, default_registry
+from runbook.registry import ActionParams, Kind, Registry, action
+from runbook.actions import load_builtin
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import cluster, engine, playbook
@@ -32,7 +33,7 @@ def test_f3_only_declared_metric_signals_are_charted():
 
 def test_f3_a_unix_signal_param_is_never_queried_as_a_metric(clock):
     registry = Registry()
-    for spec in default_registry().specs():
+    for spec in load_builtin().specs():
         registry.add(spec)
 
     class SignalParams(ActionParams):

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from runbook.backends.ssh import SshNodes
+from runbook.backends.ssh.nodes import SshNodes
 from tests.conftest import REQUIRE_INTEGRATION
 from tests.ssh import server
 

@@ -11,7 +11,7 @@ import dataclasses
 import subprocess
 from pathlib import Path
 
-from runbook.backends import sim_formats as fmt
+from runbook.sim import formats as fmt
 
 SERVING_CONTAINER = f"{0:064x}"  # FakeCluster's container id for pod vllm-server-0
 DEAD_CONTAINER = "1af58b6c1779abd16708ca06db31877479aaca93616d1b057438a0c7c29373b5"

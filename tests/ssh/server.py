@@ -1,7 +1,7 @@
 """A real OpenSSH `sshd` on a loopback port, with throwaway keys, its own config and stand-in tools.
 
 The login's PATH starts with a `bin/` of stand-ins: `nvidia-smi`, `fuser` and `cat` answer from a
-world directory the GPU tests fill (outputs made by `runbook.backends.sim_formats`), and small
+world directory the GPU tests fill (outputs made by `runbook.sim.formats`), and small
 probes (`argv-dump`, `sleeper`, `blurt`) show what arrived and how commands end.
 """
 

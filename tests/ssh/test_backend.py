@@ -14,8 +14,8 @@ import time
 import paramiko
 import pytest
 
-from runbook.backends.ssh import SshNodes
-from runbook.backends.ssh_session import CommandTimedOut, HostKeyRefused
+from runbook.backends.ssh.nodes import SshNodes
+from runbook.backends.ssh.session import CommandTimedOut, HostKeyRefused
 from runbook.errors import BackendUnavailable, InvalidInput
 from tests.conftest import missing_integration
 from tests.ssh.server import write_key

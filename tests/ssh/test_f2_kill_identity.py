@@ -13,7 +13,7 @@ import pytest
 from runbook.actions.base import Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import FakeClock, utc
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from tests.engine.helpers import cluster
 from tests.ssh import gpu_world
 
@@ -30,7 +30,7 @@ def plan_kill(nodes, pids: list[int]) -> Plan:
     ctx = StepContext(world=World(cluster=cluster(replicas=1), nodes=nodes), clock=clock, now=clock.now(),
                       step_id="kill-holders", params={"namespace": "llm"}, dry_run=False, timeout=30.0,
                       record_evidence=lambda e: None)
-    spec = default_registry().get("node.kill_pids")
+    spec = load_builtin().get("node.kill_pids")
     params = spec.params.model_validate({"node": "gpu-node-2", "pids": pids, "signal": "KILL",
                                          "serving_selector": "app=vllm-server"})
     return spec.func(ctx, params)  # type: ignore[union-attr]

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from runbook.backends.ssh import SshNodes
+from runbook.backends.ssh.nodes import SshNodes
 from runbook.errors import BackendUnavailable
 from tests.ssh import silent_server
 

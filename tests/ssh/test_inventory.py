@@ -10,9 +10,9 @@ import pydantic
 import pytest
 
 from runbook.actions.node import FUSER_NVIDIA
-from runbook.backends import ssh
-from runbook.backends.ssh_inventory import Inventory, NodesSection
-from runbook.backends.ssh_session import command_line
+from runbook.backends.ssh import nodes as ssh
+from runbook.backends.ssh.inventory import Inventory, NodesSection
+from runbook.backends.ssh.session import command_line
 from runbook.config import Config, load_config
 from runbook.errors import InvalidInput
 
@@ -175,6 +175,6 @@ def test_the_command_line_quotes_every_word_and_keeps_the_fuser_glob_for_the_rem
 
 
 def test_loading_the_backend_does_not_load_paramiko():
-    code = "import sys, runbook.backends.ssh; print('paramiko' in sys.modules)"
+    code = "import sys, runbook.backends.ssh.nodes; print('paramiko' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from runbook.backends.base import NodeInfo, World
-from runbook.backends.ssh import SshNodes
+from runbook.backends.ssh.nodes import SshNodes
 from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
@@ -20,7 +20,7 @@ from runbook.journal import History, MemoryJournal
 from runbook.loading import validation
 from runbook.locks import MemoryLocks
 from runbook.model import events as ev
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import cluster
@@ -29,7 +29,7 @@ from tests.ssh import gpu_world
 
 @pytest.fixture
 def playbook():
-    loaded = validation.load_playbook_file(validation.bundled_dir() / "lingering-cuda-context.yaml", default_registry())
+    loaded = validation.load_playbook_file(validation.bundled_dir() / "lingering-cuda-context.yaml", load_builtin())
     assert loaded.playbook is not None, [p.format() for p in loaded.problems]
     return loaded.playbook
 
@@ -75,7 +75,7 @@ def run(playbook, gpu: gpu_world.GpuWorld, nodes: SshNodes, clock, *, cordoned: 
     fake_cluster.nodes["gpu-node-2"] = NodeInfo("gpu-node-2", True, cordoned)
     metrics = FakeMetrics({"gpu_memory_used_ratio": lambda at: gpu.gpu1_memory_ratio()})
     journal = MemoryJournal("inc-ssh")
-    engine = Engine(registry=default_registry(), world=World(metrics=metrics, cluster=fake_cluster, nodes=nodes),
+    engine = Engine(registry=load_builtin(), world=World(metrics=metrics, cluster=fake_cluster, nodes=nodes),
                     clock=clock, journal=journal, operator=AssumeYes("alice"), locks=MemoryLocks(),
                     history=History(None, extra=journal))
     return engine.run(playbook), journal.events()
@@ -141,7 +141,7 @@ def test_a_host_daemon_holding_the_gpu_blocks_the_reset_and_is_never_killed(play
 def test_a_dry_run_looks_over_ssh_and_kills_nothing(playbook, gpu, nodes, clock):
     fake_cluster = cluster(replicas=1)
     journal = MemoryJournal("inc-dry")
-    engine = Engine(registry=default_registry(), world=World(
+    engine = Engine(registry=load_builtin(), world=World(
         metrics=FakeMetrics({"gpu_memory_used_ratio": lambda at: gpu.gpu1_memory_ratio()}), cluster=fake_cluster,
         nodes=nodes), clock=clock, journal=journal, operator=AssumeYes("alice"), locks=MemoryLocks(),
         history=History(None, extra=journal), dry_run=True)

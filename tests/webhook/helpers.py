@@ -20,7 +20,7 @@ from typing import Any
 from runbook.backends.base import World
 from runbook.clock import FakeClock
 from runbook.loading.validation import load_playbook_text
-from runbook.registry import default_registry
+from runbook.actions import load_builtin
 from runbook.testing import FakeCluster, FakeMetrics
 from runbook.webhook import pagerduty
 from runbook.webhook.settings import OperatorToken, Secrets, WebhookConfig
@@ -55,7 +55,7 @@ steps:
 
 
 def playbook(text: str = PLAYBOOK):
-    loaded = load_playbook_text(text, file="test-oom.yaml", registry=default_registry())
+    loaded = load_playbook_text(text, file="test-oom.yaml", registry=load_builtin())
     assert loaded.playbook is not None, [p.format() for p in loaded.problems]
     return loaded.playbook
 

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from runbook.cli.serve import serve
-from runbook.locks_kubernetes import LeaseLocks
+from runbook.backends.kubernetes.leases import LeaseLocks
 from runbook.model import events as ev
 from runbook.webhook import alertmanager
-from runbook.webhook.coordination import COMMITTED, KubernetesCoordination, claim_name
+from runbook.backends.kubernetes.claims import COMMITTED, KubernetesCoordination, claim_name
 from runbook.webhook.intake import incident_id
 from runbook.webhook.settings import Policy, WebhookConfig
 from tests.kubernetes.conftest import connect_cluster

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runbook.webhook import alertmanager, pagerduty
-from runbook.webhook.inbound import Malformed
+from runbook.errors import Malformed
 from runbook.webhook.routing import Router
 from runbook.webhook.settings import RouteRule
 from tests.conftest import reference_text

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from runbook.model import events as ev
-from runbook.webhook.coordination import claim_name
+from runbook.backends.kubernetes.claims import claim_name
 from tests.kubernetes import world
 from tests.webhook.helpers import AM_TOKEN, am_group, am_headers, journal, request
 

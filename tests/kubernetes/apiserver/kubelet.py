@@ -11,7 +11,8 @@ import datetime as dt
 import threading
 from collections.abc import Callable, Sequence
 
-from runbook.backends import sim_commands, sim_formats
+from runbook.sim import commands as sim_commands
+from runbook.sim import formats as sim_formats
 from runbook.backends.base import CommandResult
 from tests.kubernetes.apiserver.errors import ApiError
 from tests.kubernetes.apiserver.store import now_utc

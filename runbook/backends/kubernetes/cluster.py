@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, PodLog, Workload
-from runbook.backends.kubernetes_api import ApiFailure, KubeApi, Settings
-from runbook.backends.kubernetes_exec import Executor
-from runbook.backends.kubernetes_objects import node_from, pod_from, selector_text, workload_from
+from runbook.backends.kubernetes.api import ApiFailure, KubeApi, Settings
+from runbook.backends.kubernetes.pod_exec import Executor
+from runbook.backends.kubernetes.objects import node_from, pod_from, selector_text, workload_from
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, Refused, StalePlan
 
 PAGE = 500  # pods per list request

@@ -9,7 +9,7 @@ It reads `clock.now()` and never sleeps for real: every call first applies the r
 that have come due, so when the engine sleeps on a `FakeClock` the world moves on. A health
 check against a hung pod advances the clock by its timeout, as a real one would take that long.
 
-Semantics in brief (the scenario format is documented in `runbook.drill.scenario`):
+Semantics in brief (the scenario format is documented in `runbook.sim.scenario`):
 - metrics: a signal's series filtered by labels (subset match), grouped by `by`, aggregated per
   the signal; values are step-wise from the points and the reactions' overrides that took
   effect at or before the time asked (never later than now); unreachable raises.
@@ -31,10 +31,10 @@ from collections.abc import Mapping, Sequence
 from runbook.backends.base import (
     WORKLOAD_KINDS, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, World, Workload,
 )
-from runbook.backends.sim_commands import run_in_pod, run_on_node
-from runbook.backends.sim_state import PodState, WorkloadState, WorldState, flag_value
+from runbook.sim.commands import run_in_pod, run_on_node
+from runbook.sim.state import PodState, WorkloadState, WorldState, flag_value
 from runbook.clock import Clock
-from runbook.drill.scenario import LogEntry, Scenario
+from runbook.sim.scenario import LogEntry, Scenario
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, StalePlan
 
 __all__ = ["SimulatedWorld", "SimMetrics", "SimCluster", "SimNodes", "SimHttp", "flag_value"]
@@ -397,3 +397,8 @@ class _Serialized:
                 return value(*args, **kwargs)
 
         return locked
+
+
+def build_world(scenario: Scenario, clock: Clock) -> SimulatedWorld:
+    """The simulated world of a scenario on `clock` (normally `FakeClock(scenario.start)`)."""
+    return SimulatedWorld(scenario, clock)

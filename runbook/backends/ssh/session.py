@@ -22,8 +22,8 @@ from paramiko.common import cMSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
 from runbook.backends.base import CommandResult
-from runbook.backends.ssh_deadline import Deadline, DeadlinePassed
-from runbook.backends.ssh_inventory import Hop, Target, Timeouts
+from runbook.backends.ssh.deadline import Deadline, DeadlinePassed
+from runbook.backends.ssh.inventory import Hop, Target, Timeouts
 from runbook.errors import BackendUnavailable, CommandFailed, InvalidInput, RunbookError
 
 CHUNK = 32 * 1024

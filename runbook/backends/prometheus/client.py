@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import Sample, Series
-from runbook.backends.prometheus_config import TOKEN_ENV, PrometheusSection, check_url, credentials, retry, session
+from runbook.backends.prometheus.config import TOKEN_ENV, PrometheusSection, check_url, credentials, retry, session
 from runbook.config import Config
 from runbook.errors import BackendError, BackendUnavailable, InvalidInput
 from runbook.signals import promql

@@ -13,9 +13,9 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 
-from runbook.backends import sim_formats as fmt
+from runbook.sim import formats as fmt
 from runbook.backends.base import CommandResult
-from runbook.backends.sim_state import GpuState, NodeState, PodState, Proc, WorldState
+from runbook.sim.state import GpuState, NodeState, PodState, Proc, WorldState
 from runbook.errors import BackendUnavailable
 from runbook.parsers import kill_by_identity
 from runbook.parsers.errors import ParseError

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runbook.backends.base import Cluster, CommandResult
-from runbook.backends.ssh_deadline import Deadline, DeadlinePassed
-from runbook.backends.ssh_inventory import HostEntry, Inventory, NodesSection, Target, Timeouts
+from runbook.backends.ssh.deadline import Deadline, DeadlinePassed
+from runbook.backends.ssh.inventory import HostEntry, Inventory, NodesSection, Target, Timeouts
 from runbook.config import Config
 from runbook.errors import BackendUnavailable, InvalidInput
 
 if TYPE_CHECKING:
-    from runbook.backends.ssh_session import Connection, Options
+    from runbook.backends.ssh.session import Connection, Options
 
 __all__ = ["HostEntry", "NodesSection", "SshNodes", "Timeouts", "connect"]
 
@@ -61,7 +61,7 @@ class SshNodes:
         return cls(Inventory(model, server_mode=server_mode, home=home), server_mode=server_mode)
 
     def _options(self) -> Options:
-        from runbook.backends.ssh_session import Options
+        from runbook.backends.ssh.session import Options
 
         s = self.inventory.section
         return Options(timeouts=s.timeouts, allow_agent=s.agent and not self.server_mode,
@@ -72,7 +72,7 @@ class SshNodes:
         return self.inventory.resolve(node)
 
     def _connection(self, target: Target, opts: Options, deadline: Deadline) -> Connection:
-        from runbook.backends.ssh_session import open_connection
+        from runbook.backends.ssh.session import open_connection
 
         with self._lock:
             gate = self._connecting.setdefault(target.key, threading.Lock())
@@ -102,7 +102,7 @@ class SshNodes:
         conn.close()
 
     def run(self, node: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        from runbook.backends.ssh_session import check_argv, deadline_seconds, shown_command
+        from runbook.backends.ssh.session import check_argv, deadline_seconds, shown_command
 
         argv = check_argv(argv)
         if not timeout > 0:
@@ -113,7 +113,7 @@ class SshNodes:
             return self._run(target, argv, timeout, opts, deadline)
 
     def _run(self, target: Target, argv: list[str], timeout: float, opts: Options, deadline: Deadline) -> CommandResult:
-        from runbook.backends.ssh_session import StaleConnection, execute
+        from runbook.backends.ssh.session import StaleConnection, execute
 
         conn = self._connection(target, opts, deadline)
         try:

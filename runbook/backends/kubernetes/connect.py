@@ -17,7 +17,7 @@ from runbook.config import Config
 from runbook.errors import InvalidInput
 
 if TYPE_CHECKING:
-    from runbook.backends.kubernetes_cluster import KubernetesCluster
+    from runbook.backends.kubernetes.cluster import KubernetesCluster
 
 __all__ = ["KubernetesSection", "connect", "load_client_configuration"]
 
@@ -59,8 +59,8 @@ def connect(config: Config, *, kubeconfig: str | None = None, context: str | Non
 
 
 def build(configuration: Any, section: KubernetesSection, *, context: str = "") -> "KubernetesCluster":
-    from runbook.backends.kubernetes_api import KubeApi, Settings
-    from runbook.backends.kubernetes_cluster import KubernetesCluster
+    from runbook.backends.kubernetes.api import KubeApi, Settings
+    from runbook.backends.kubernetes.cluster import KubernetesCluster
 
     settings = Settings(connect_timeout=section.connect_timeout, request_timeout=section.request_timeout,
                         retries=section.retries, max_wait=section.max_retry_wait, evict=section.evict,

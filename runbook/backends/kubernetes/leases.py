@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from runbook.backends.kubernetes_objects import micro_time, parse_time
+from runbook.backends.kubernetes.objects import micro_time, parse_time
 from runbook.errors import BackendError, Conflict, NotFound, Refused
 from runbook.locks import HeldLock
 
@@ -193,25 +193,3 @@ class _Renewer:
             except BackendError as exc:
                 log.warning("could not renew the Lease %s/%s: %s", self.namespace, self.name, exc)
 
-
-def target_locks(world, state):
-    """A Lease per target when a Kubernetes cluster is configured (holds across machines), else a local flock."""
-    from runbook.backends.kubernetes_cluster import KubernetesCluster
-    from runbook.locks import LocalLocks
-
-    if isinstance(world.cluster, KubernetesCluster):
-        return LeaseLocks(world.cluster)
-    return LocalLocks(state)
-
-
-def history_for(world, state):
-    """What cooldowns and budgets count: with a Kubernetes cluster, the local journals and the cluster's
-    record of applied changes (shared by every instance), else the local journals alone."""
-    from runbook.backends.kubernetes_cluster import KubernetesCluster
-    from runbook.backends.kubernetes_ledger import AppliedLedger
-    from runbook.history import SharedHistory
-    from runbook.journal import History
-
-    if isinstance(world.cluster, KubernetesCluster):
-        return SharedHistory(state, AppliedLedger(world.cluster))
-    return History(state)

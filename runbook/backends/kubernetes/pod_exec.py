@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from runbook.backends.base import CommandResult
-from runbook.backends.kubernetes_objects import exit_status
+from runbook.backends.kubernetes.objects import exit_status
 from runbook.errors import BackendUnavailable, CommandFailed, NotFound, RunbookError
 
 MAX_OUTPUT = 4 * 1024 * 1024  # characters kept per stream; the rest is counted as truncated

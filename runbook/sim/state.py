@@ -16,12 +16,12 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from runbook.backends.sim_model import (
+from runbook.sim.model import (
     DEFAULT_DEVICES, UID_NAMESPACE, ContainerState, GpuState, NodeState, PodState, Proc, WorkloadState, flag_value,
     hex64, kubepods_cgroup,
 )
 from runbook.clock import Clock
-from runbook.drill.scenario import Effect, PodOverride, Reaction, Scenario, placement_for, workload_pod_name
+from runbook.sim.scenario import Effect, PodOverride, Reaction, Scenario, placement_for, workload_pod_name
 from runbook.errors import InvalidInput
 
 

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence, Set as AbstractSet
 
 from runbook.backends.base import ContainerSpec, ContainerStatus, Pod, Workload
-from runbook.drill.scenario import LogEntry, Workload as WorkloadSpec
+from runbook.sim.scenario import LogEntry, Workload as WorkloadSpec
 
 UID_NAMESPACE = uuid.UUID("6f1c1e0a-4d0b-4b8e-9a51-2f0a7c1d9e11")
 PENDING_SECONDS = 5.0  # a new pod is Pending this long (scheduling, sandbox), then Running

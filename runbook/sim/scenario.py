@@ -129,20 +129,16 @@ import importlib.resources
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import pydantic
 
-from runbook.model.patterns import checked_regex
-from runbook.clock import Clock
 from runbook.errors import InvalidInput
 from runbook.model.duration import parse_duration
-
-if TYPE_CHECKING:
-    from runbook.backends.simulated import SimulatedWorld
+from runbook.model.patterns import checked_regex
 
 __all__ = [
-    "Scenario", "load_scenario", "list_scenarios", "build_world", "scenario_names", "workload_pod_name",
+    "Scenario", "load_scenario", "list_scenarios", "scenario_names", "workload_pod_name",
 ]
 
 
@@ -748,10 +744,3 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
 def list_scenarios() -> list[Scenario]:
     """Every bundled scenario, sorted by name."""
     return [load_scenario(name) for name in scenario_names()]
-
-
-def build_world(scenario: Scenario, clock: Clock) -> SimulatedWorld:
-    """The simulated world of a scenario on `clock` (normally `FakeClock(scenario.start)`)."""
-    from runbook.backends.simulated import SimulatedWorld
-
-    return SimulatedWorld(scenario, clock)

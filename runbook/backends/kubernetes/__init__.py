@@ -1,0 +1,1 @@
+"""The Kubernetes world: every call to the API server (workloads, exec, Leases, ledgers)."""

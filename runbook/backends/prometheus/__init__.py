@@ -1,0 +1,1 @@
+"""The Prometheus world: instant and range queries, and how to reach the server."""

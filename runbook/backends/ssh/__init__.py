@@ -1,0 +1,1 @@
+"""The GPU nodes over SSH: inventory, sessions, one deadline per command."""

@@ -1,0 +1,180 @@
+"""The layers of DESIGN.md, held by the imports themselves: who may import whom, and no circles.
+
+Read from the source with `ast` (nothing is imported): every `import` and `from … import`, at any
+depth of the module — a lazy import inside a function is an arrow like any other — except those
+under `if TYPE_CHECKING:`, which never run.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "runbook"
+
+REAL_BACKENDS = ("runbook.backends.kubernetes", "runbook.backends.prometheus", "runbook.backends.ssh",
+                 "runbook.backends.http")
+NETWORK_AND_UI = ("click", "rich", "kubernetes", "paramiko", "httpx", "requests", "urllib3", "starlette", "uvicorn",
+                  "prometheus_api_client", "websockets")
+ROOTS = ("runbook.cli", "runbook.webhook")
+
+# layer (a module or package prefix) -> prefixes it must never import
+FORBIDDEN: dict[str, tuple[str, ...]] = {
+    "runbook.engine": (*NETWORK_AND_UI, *ROOTS, *REAL_BACKENDS, "runbook.sim", "runbook.drill", "runbook.triage",
+                       "runbook.reporting"),
+    "runbook.actions": (*NETWORK_AND_UI, *ROOTS, *REAL_BACKENDS, "runbook.engine", "runbook.sim", "runbook.drill",
+                        "runbook.triage", "runbook.reporting", "runbook.loading"),
+    # the one safe YAML reader (runbook.loading.yamlsource) reads kubeconfigs too; playbook validation is not theirs
+    "runbook.backends": (*ROOTS, "runbook.engine", "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage",
+                         "runbook.reporting", "runbook.loading.validation", "click", "rich"),
+    "runbook.sim": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.drill",
+                    "runbook.triage", "runbook.reporting"),
+    "runbook.loading": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
+                        "runbook.drill", "runbook.triage", "runbook.reporting"),
+    "runbook.model": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
+                      "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
+                      "runbook.parsers", "runbook.journal", "runbook.registry"),
+    "runbook.parsers": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
+                        "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
+                        "runbook.journal", "runbook.registry"),
+    "runbook.reporting": (*ROOTS, *REAL_BACKENDS, "click", "rich", "kubernetes", "paramiko", "runbook.engine",
+                          "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage"),
+    "runbook.registry": ("runbook.actions", "runbook.engine", *ROOTS),
+}
+# Every call to the Kubernetes API lives under backends/kubernetes (Leases and coordination included).
+KUBERNETES_CLIENT_ONLY_IN = "runbook.backends.kubernetes"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node below `node`, leaving out the bodies of `if TYPE_CHECKING:`."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, ast.If) and _is_type_checking(child.test):
+            for other in child.orelse:
+                yield other
+                yield from _walk(other)
+            continue
+        yield child
+        yield from _walk(child)
+
+
+def imports_of(module: str) -> set[str]:
+    """The absolute names `module` imports: a `from pkg import name` names pkg.name when that is a module."""
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.add(candidate if candidate in MODULES else base)
+    return found
+
+
+GRAPH = {module: {name for name in imports_of(module) if name in MODULES and name != module} for module in MODULES}
+
+
+def _within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def test_the_tree_is_read():
+    assert {"runbook.engine.runner", "runbook.cli", "runbook.backends.kubernetes.cluster", "runbook.sim.world"} <= set(MODULES)
+    assert "runbook.engine.guards" in GRAPH["runbook.engine.runner"]
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_each_layer_imports_only_what_it_may(layer):
+    broken = []
+    for module in MODULES:
+        if not _within(module, layer):
+            continue
+        for name in sorted(imports_of(module)):
+            if any(_within(name, banned) for banned in FORBIDDEN[layer]):
+                broken.append(f"{module} imports {name}")
+    assert not broken, f"{layer} may not import these (DESIGN.md, Layers):\n" + "\n".join(broken)
+
+
+def test_the_kubernetes_client_is_used_only_under_backends_kubernetes():
+    outside = [f"{module} imports {name}" for module in MODULES if not _within(module, KUBERNETES_CLIENT_ONLY_IN)
+               for name in imports_of(module) if _within(name, "kubernetes")]
+    assert not outside, "\n".join(outside)
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_two_modules_import_each_other_directly_or_in_a_loop():
+    circles = _circles(GRAPH)
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
