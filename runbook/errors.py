@@ -3,14 +3,22 @@
     RunbookError                    anything runbook raises on purpose
     ├── InvalidInput                bad playbook, params, alert or config (exit 3)
     │   ├── TemplateError           a template failed to render or a value is missing
+    │   │   └── LimitExceeded       (template_limits) a render past its bounds: steps, time, size
+    │   ├── FlagError               (flags) a flag cannot be changed as asked
+    │   ├── MissingBackend          (actions.base) the action needs a world the run was not given
     │   └── Malformed               a webhook body that can never be accepted (HTTP 400: not retried)
     ├── BackendError                a backend could not answer (exit 1)
     │   ├── BackendUnavailable      unreachable, timed out: never read as "healthy"
-    │   │   └── CoordinationUnavailable  the replicas' shared dedupe state cannot be reached (HTTP 503)
+    │   │   ├── CoordinationUnavailable  the replicas' shared dedupe state cannot be reached (HTTP 503)
+    │   │   ├── HostKeyRefused      (backends.ssh.session) a node's host key unknown or changed: nothing sent
+    │   │   ├── StaleConnection     (backends.ssh.session) a cached connection opens no session: nothing ran
+    │   │   └── DeadlinePassed      (backends.ssh.deadline) a node command's phase outlived its deadline
+    │   │       └── CommandTimedOut (backends.ssh.session) the command was ended at its deadline
     │   ├── NotFound                the object asked for does not exist
     │   ├── Conflict                the object changed underneath us (re-read, re-plan)
     │   │   └── StalePlan           what a plan was computed from no longer holds: plan again
     │   └── CommandFailed           a command ran but could not be completed
+    ├── ParseError                  (parsers.errors) a command's output did not have the expected shape
     ├── Refused                     a guard or the operator said no (exit 4)
     ├── Busy                        not now: the run queue is full (HTTP 503 with Retry-After)
     │   └── ClaimedElsewhere        another replica is taking this delivery right now (503, retry soon)
@@ -18,7 +26,9 @@
     ├── JournalError                the journal could not be written (exit 1)
     └── UnsafeStateDir              a state directory others could steer (exit 2)
 
-The CLI maps these to exit codes at the edge; the engine turns them into step outcomes.
+The CLI maps these to exit codes at the edge; the engine turns them into step outcomes. The few
+defined beside their one user say where, in brackets; `tests/test_import_contract.py` checks that
+every exception runbook defines is drawn here (pydantic validators' ValueErrors aside).
 """
 
 from __future__ import annotations

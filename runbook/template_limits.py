@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from time import monotonic
 from typing import Any
 
+from runbook.errors import TemplateError
+
 MAX_SIZE = 64 * 1024  # characters a render may produce; elements and characters a value may hold
 MAX_INT_BITS = 4096  # an integer made by a template (about 1200 digits); more is never a param
 MAX_STEPS = 1_000_000  # loop iterations, calls and attribute reads in one render
@@ -26,7 +28,7 @@ _DIGITS = re.compile(r"\d+")
 _NESTED_FIELD = re.compile(r"\{[^{}]*\{")
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(TemplateError):
     """A render went over one of its bounds; the message names which and how far."""
 
 

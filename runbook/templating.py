@@ -162,6 +162,8 @@ def _render_text(source: str, context: Mapping[str, Any]) -> str:
                     raise TemplateError(f"{source[:60]!r} rendered to more than {MAX_RENDERED} characters, "
                                         f"over the cap of {MAX_RENDERED}")
                 pieces.append(piece)
+    except limits.LimitExceeded as exc:  # a TemplateError of its own: named with its source like the others
+        raise _explain(exc, source) from exc
     except TemplateError:
         raise
     except Exception as exc:

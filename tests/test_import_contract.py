@@ -178,3 +178,34 @@ def test_the_circle_finder_finds_a_circle():
 def test_no_two_modules_import_each_other_directly_or_in_a_loop():
     circles = _circles(GRAPH)
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
+
+
+# ValueError on purpose: pydantic turns a validator's ValueError into its ValidationError.
+NOT_IN_THE_TREE = {"runbook.loading.problems.ValidationProblem"}
+
+
+def test_every_exception_runbook_defines_is_in_the_one_tree():
+    """This one imports the modules: exceptions are found by what they are, not by how they are spelt."""
+    import importlib
+    import inspect
+
+    from runbook import errors
+
+    drawn = errors.__doc__ or ""
+    stray, undrawn = [], []
+    for module in MODULES:
+        if module.endswith("__main__"):
+            continue
+        loaded = importlib.import_module(module)
+        for name, value in vars(loaded).items():
+            if not (inspect.isclass(value) and issubclass(value, BaseException) and value.__module__ == module):
+                continue
+            qualified = f"{module}.{name}"
+            if name.startswith("_") or qualified in NOT_IN_THE_TREE:
+                continue
+            if not issubclass(value, errors.RunbookError):
+                stray.append(qualified)
+            elif f" {name} " not in drawn:
+                undrawn.append(qualified)
+    assert not stray, f"exceptions outside errors.RunbookError: {stray}"
+    assert not undrawn, f"exceptions not drawn in the tree of runbook/errors.py: {undrawn}"
