@@ -8,12 +8,9 @@ the test kills it as soon as the first journals of the burst appear on disk.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
-import socket
 import sqlite3
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -22,29 +19,14 @@ from runbook.journal import incident_dir, read_journal
 from runbook.model import events as ev
 from tests.hostile.test_f1_atomic_intake import (TINY_PLAYBOOK, am_alert, am_group, am_headers, expected_incident,
                                                  journal_dirs)
-from tests.webhook.helpers import request
+from tests.webhook.helpers import request, serve_on_loopback, start_server
 
-ROOT = Path(__file__).resolve().parents[2]
 ALERTS = 300
 
 
 def start(tmp_path: Path, name: str) -> tuple[subprocess.Popen, str]:
-    port_file = tmp_path / f"port-{name}"
-    proc = subprocess.Popen([sys.executable, "-m", "tests.hostile.test_f1_sigkill_intake", "--state",
-                             str(tmp_path / "state"), "--port-file", str(port_file)],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "the server exited"
-        assert time.monotonic() < deadline, "the server did not start"
-        if port_file.exists() and port_file.read_text():
-            url = f"http://127.0.0.1:{port_file.read_text()}"
-            try:
-                if request(url, "GET", "/healthz", timeout=1).status == 200:
-                    return proc, url
-            except OSError:
-                pass
-        time.sleep(0.05)
+    return start_server("tests.hostile.test_f1_sigkill_intake", "--state", str(tmp_path / "state"),
+                        port_file=tmp_path / f"port-{name}")
 
 
 def journals_on_disk(state: Path) -> int:
@@ -107,12 +89,9 @@ def test_f1_sigkill_mid_burst_then_a_resend_journals_every_alert_exactly_once(tm
 
 
 def main() -> None:
-    import uvicorn
-
     from runbook.backends.base import World
     from runbook.clock import FakeClock
     from runbook.testing import FakeMetrics
-    from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
     from runbook.webhook.settings import WebhookConfig
     from tests.engine.helpers import cluster as fake_cluster
@@ -126,10 +105,7 @@ def main() -> None:
     config = WebhookConfig(workers=1, queue_size=256, sweep_interval=0.5)  # the sweeper offers what the queue left
     service = Service(config=config, secrets=secrets(), state=args.state, world=world,
                       playbooks=[playbook(TINY_PLAYBOOK)], clock=FakeClock(), env={}, sweeper=True)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    args.port_file.write_text(str(sock.getsockname()[1]))
-    uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="on")).run(sockets=[sock])
+    serve_on_loopback(service, args.port_file)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,10 @@ import contextlib
 import dataclasses
 import http.client
 import json
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -183,3 +186,37 @@ def journal(state: Path, incident: str):
     from runbook.journal import incident_dir, read_journal
 
     return read_journal(incident_dir(state, incident) / "journal.jsonl").events
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_server(module: str, *args: str, port_file: Path) -> tuple[subprocess.Popen, str]:
+    """`python -m module ARGS --port-file F` from the repository root, once it answers /healthz: (process, URL)."""
+    port_file.unlink(missing_ok=True)
+    proc = subprocess.Popen([sys.executable, "-m", module, *args, "--port-file", str(port_file)],
+                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 30
+    while True:
+        assert proc.poll() is None, "the server exited"
+        assert time.monotonic() < deadline, "the server did not start"
+        if port_file.exists() and port_file.read_text():
+            url = f"http://127.0.0.1:{port_file.read_text()}"
+            try:
+                if request(url, "GET", "/healthz", timeout=1).status == 200:
+                    return proc, url
+            except OSError:
+                pass
+        time.sleep(0.05)
+
+
+def serve_on_loopback(service: Any, port_file: Path) -> None:
+    """Serve `service` with uvicorn on a free loopback port, written to `port_file` (the server scripts' main)."""
+    import uvicorn
+
+    from runbook.webhook.app import create_app
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port_file.write_text(str(sock.getsockname()[1]))
+    uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="on")).run(sockets=[sock])

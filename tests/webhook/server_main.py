@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import socket
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from runbook.clock import FakeClock
 from runbook.testing import FakeCluster, FakeMetrics
 from runbook.webhook.settings import Policy, WebhookConfig
 from tests.engine.helpers import cluster as fake_cluster
-from tests.webhook.helpers import playbook, secrets
+from tests.webhook.helpers import playbook, secrets, serve_on_loopback
 
 
 class FileCluster(FakeCluster):
@@ -51,9 +50,6 @@ class FileCluster(FakeCluster):
 
 
 def main() -> None:
-    import uvicorn
-
-    from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
 
     parser = argparse.ArgumentParser()
@@ -67,10 +63,7 @@ def main() -> None:
     config = WebhookConfig(workers=1, policy=Policy(unattended={"test-oom": ["scale-down"]}))
     service = Service(config=config, secrets=secrets(), state=args.state, world=World(metrics=metrics, cluster=cluster),
                       playbooks=[playbook()], clock=FakeClock(), env={}, sweeper=False)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    args.port_file.write_text(str(sock.getsockname()[1]))
-    uvicorn.Server(uvicorn.Config(create_app(service), log_level="warning", lifespan="on")).run(sockets=[sock])
+    serve_on_loopback(service, args.port_file)
 
 
 if __name__ == "__main__":

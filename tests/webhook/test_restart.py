@@ -7,10 +7,8 @@ just after it changes the world; the journal and the world's own record of chang
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,29 +16,13 @@ import pytest
 
 from runbook.journal import list_incidents
 from runbook.model import events as ev
-from tests.webhook.helpers import am_group, am_headers, journal, request
+from tests.webhook.helpers import am_group, am_headers, journal, request, start_server
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def start(tmp_path: Path, hang: str) -> tuple[subprocess.Popen, str]:
-    port_file = tmp_path / f"port-{hang}"
-    port_file.unlink(missing_ok=True)
-    proc = subprocess.Popen([sys.executable, "-m", "tests.webhook.server_main", "--state", str(tmp_path / "state"),
-                             "--world", str(tmp_path / "world.json"), "--port-file", str(port_file), "--hang", hang],
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    deadline = time.monotonic() + 30
-    while True:
-        assert proc.poll() is None, "the server exited"
-        assert time.monotonic() < deadline, "the server did not start"
-        if port_file.exists() and port_file.read_text():
-            url = f"http://127.0.0.1:{port_file.read_text()}"
-            try:
-                if request(url, "GET", "/healthz", timeout=1).status == 200:
-                    return proc, url
-            except OSError:
-                pass
-        time.sleep(0.05)
+    return start_server("tests.webhook.server_main", "--state", str(tmp_path / "state"), "--world",
+                        str(tmp_path / "world.json"), "--hang", hang, port_file=tmp_path / f"port-{hang}")
 
 
 def wait_for(predicate, what: str, timeout: float = 30.0):
