@@ -1,4 +1,4 @@
-"""Parsers for TCP socket tables: `/proc/net/tcp[6]`, `ss -tln[H]` and `netstat -tuln`.
+"""Parsers for TCP socket tables: `/proc/net/tcp[6]`, `ss -tln[H]`, `netstat -tuln` and `netstat -lnp`.
 
 They answer "is anything listening on the serving port" without needing the tools on the host.
 """
@@ -76,11 +76,35 @@ def parse_proc_net_tcp(text: str) -> list[Socket]:
 
 _SS_FORMAT = "ss -tln / netstat -tln"
 _SS_HEADER = re.compile(r"(?:Netid\s+)?State\s+Recv-Q\s.*|Proto\s+Recv-Q\s.*|Active Internet connections.*")
-_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>.*)):(?P<port>[0-9]+|\*)", re.ASCII)
+# netstat without -t goes on with UNIX domain (and, where built in, Bluetooth, IPX, AX.25...) sections,
+# each with its own header and rows; none of them holds a TCP socket.
+_OTHER_SECTION = re.compile(r"Active (?!Internet connections).*(?:sockets|connections)\b.*")
+# What netstat -p prints (to stderr, often pasted in with 2>&1) when not run as root.
+_NOT_ROOT_NOTICE = re.compile(r"\(Not all processes could be identified.*|will not be shown, you would have to be root.*")
+_ENDPOINT = re.compile(r"(?:\[(?P<v6>[^\]]*)\]|(?P<host>.*)):(?P<port>[0-9]+|\*|[A-Za-z][A-Za-z0-9+._\-]*)", re.ASCII)
 _TCP = {"tcp", "tcp6", "tcp4"}
 _OTHER_PROTOCOLS = {"udp", "udp6", "udp4", "raw", "raw6", "u_str", "u_dgr", "u_seq", "p_raw", "p_dgr",
                     "nl", "mptcp", "sctp", "dccp", "unix", "v_str", "v_dgr", "xdp", "tipc", "udplite"}
 _QUEUE = re.compile(r"[0-9]+", re.ASCII)
+
+# Without -n, ss and netstat print a port by the name the host's /etc/services gives it. Only names
+# that mean one TCP port in every common services file (Debian/Ubuntu netbase, RHEL/UBI `setup`,
+# IANA) are read back; any other name is refused with the way to get numbers, never guessed.
+_SERVICES = {"ssh": 22, "smtp": 25, "domain": 53, "http": 80, "sunrpc": 111, "https": 443, "ipp": 631,
+             "irdmi": 8000, "webcache": 8080}
+# Names printed for different ports depending on the host, spelled out in the refusal.
+_HOST_DEPENDENT = {"http-alt": "591, 8008 or 8080"}
+
+
+def _service_port(name: str, raw: str, lineno: int) -> int:
+    port = _SERVICES.get(name)
+    if port is not None:
+        return port
+    means = (f" ({name!r} is port {_HOST_DEPENDENT[name]}, depending on the host's /etc/services)"
+             if name in _HOST_DEPENDENT else "")
+    raise ParseError(f"the port in {quote(raw)} is the service name {name!r}, not a number{means}; "
+                     "runbook does not guess which port a name means on that host: run the tool with -n for "
+                     "numeric ports (netstat -tlnp, ss -tln)", format=_SS_FORMAT, line=lineno)
 
 
 def _endpoint(raw: str, lineno: int) -> tuple[str, int]:
@@ -88,20 +112,31 @@ def _endpoint(raw: str, lineno: int) -> tuple[str, int]:
     if m is None or m["port"] == "*" or not (m["v6"] is not None or m["host"]):
         raise ParseError(f"expected a local address such as 0.0.0.0:8000 or [::]:8000, found {quote(raw)}",
                          format=_SS_FORMAT, line=lineno)
+    address = m["v6"] if m["v6"] is not None else m["host"]
+    if not m["port"].isdigit():
+        return address, _service_port(m["port"], raw, lineno)
     port = int(m["port"])
     if port > 65535:
         raise ParseError(f"port {port} out of range in {quote(raw)}", format=_SS_FORMAT, line=lineno)
-    return (m["v6"] if m["v6"] is not None else m["host"]), port
+    return address, port
 
 
 def parse_ss_listening(text: str) -> list[Socket]:
-    """TCP sockets from `ss -tln`, `ss -tlnH`, `ss -tuln` or `netstat -tuln`; UDP and other rows are skipped.
+    """TCP sockets from `ss -tln`, `ss -tlnH`, `ss -tuln`, `netstat -tuln` or `netstat -lnp`; UDP and
+    other rows are skipped, and so are netstat's UNIX domain (and other non-Internet) sections.
 
-    Address spellings: `0.0.0.0:8000`, `[::]:8000`, `*:8000`, `127.0.0.53%lo:53`, netstat's `:::8000`.
+    Address spellings: `0.0.0.0:8000`, `[::]:8000`, `*:8000`, `127.0.0.53%lo:53`, netstat's `:::8000`;
+    without -n, `localhost:smtp` (only service names with one port on every host, see `_SERVICES`).
     """
     sockets = []
+    other_section = False
     for lineno, line in _lines(text):
-        if _SS_HEADER.fullmatch(line):
+        if _OTHER_SECTION.fullmatch(line):
+            other_section = True
+            continue
+        if line.startswith("Active Internet connections"):
+            other_section = False
+        if other_section or _SS_HEADER.fullmatch(line) or _NOT_ROOT_NOTICE.fullmatch(line):
             continue
         fields = line.split()
         protocol = fields[0].lower()
