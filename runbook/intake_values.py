@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from runbook.errors import InvalidInput
+from runbook.loading.problems import did_you_mean
 
 LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 PARAM_VALUE = re.compile(r"(?=.{1,253}\Z)/?[A-Za-z0-9_.-]+(?:[/=,:][A-Za-z0-9_.-]+)*")
@@ -61,3 +62,20 @@ def params_from_labels(mapping: Mapping[str, str], labels: Mapping[str, str]) ->
             params[param] = screen_label(label, labels[label], param=param)
             sources[param] = f"alert label {label}"
     return params, sources
+
+
+def check_known_params(playbook: str, declared: Mapping[str, object], sources: Mapping[str, str]) -> None:
+    """InvalidInput naming every given param the playbook does not declare: a typo is never ignored.
+
+    `sources`: param → where it came from (`--param nmespace`), as `gather_params` records it.
+    """
+    unknown = [name for name in sources if name not in declared]
+    if not unknown:
+        return
+    lines = []
+    for name in unknown:
+        hint = did_you_mean(name, sorted(declared))
+        if hint.startswith("expected one of: "):
+            hint = "its params: " + hint[len("expected one of: "):]
+        lines.append(f"playbook {playbook} has no param {name} (from {sources[name]}); {hint or 'it takes none'}")
+    raise InvalidInput("\n".join(lines))

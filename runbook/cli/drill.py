@@ -38,9 +38,10 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
     from runbook.cli.prompt import operator_for
     from runbook.cli.signals import run_signals
     from runbook.cli.state import state_directory
-    from runbook.drill.run import run_drill
+    from runbook.drill.run import check_scenario_name, run_drill
     from runbook.engine.runner import default_operator_name
 
+    check_scenario_name(scenario)  # a misspelled name: before the state directory is touched
     console = stderr_console()
     state = state_directory()
 

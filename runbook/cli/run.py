@@ -30,7 +30,10 @@ def parse_params(pairs: tuple[str, ...], option: str = "--param") -> dict[str, s
 
 
 def gather_params(book, alert, pairs: tuple[str, ...], namespace: str | None) -> tuple[dict[str, str], dict[str, str]]:
-    """(params from the alert, `-p` and --namespace, each screened; where each came from). Flags win."""
+    """(params from the alert, `-p` and --namespace, each screened; where each came from). Flags win.
+
+    A param the playbook does not declare is an error (exit 3) with a suggestion, never ignored.
+    """
     values: dict[str, str] = {}
     sources: dict[str, str] = {}
     if alert is not None:
@@ -41,6 +44,7 @@ def gather_params(book, alert, pairs: tuple[str, ...], namespace: str | None) ->
     if namespace:
         values["namespace"] = intake_values.screen_option("--namespace", namespace)
         sources["namespace"] = "--namespace"
+    intake_values.check_known_params(book.name, book.params, sources)
     return values, sources
 
 
@@ -54,7 +58,11 @@ def resolve_playbook(name_or_path: str):
         candidates = [d / f"{name_or_path}.yaml" for d in validation.default_paths()]
         path = next((c for c in candidates if c.is_file()), None)  # type: ignore[assignment]
         if path is None:
-            raise InvalidInput(f"no playbook {name_or_path!r}: give a file, or a name from `runbook list`")
+            from runbook.loading.problems import did_you_mean
+
+            known = [f.stem for f in validation.discover(validation.default_paths())]
+            raise InvalidInput(f"no playbook {name_or_path}: give a file, or a name from `runbook list`; "
+                               + did_you_mean(name_or_path, known))
     loaded = validation.load_playbook_file(path, registry)
     if loaded.playbook is None:
         from runbook.loading.problems import format_report
@@ -98,9 +106,9 @@ def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_p
     from runbook.engine.namespaces import check_run_namespace
 
     book = resolve_playbook(playbook)
-    config = load_config(config_path)
     alert = alert_from_file(alert_path) if alert_path else None
-    values, sources = gather_params(book, alert, params, namespace)
+    values, sources = gather_params(book, alert, params, namespace)  # a misspelled param: before anything else
+    config = load_config(config_path)
     check_run_namespace(book.params, values, config.namespaces(), sources=sources)  # before any backend
     world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
     try:

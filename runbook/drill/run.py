@@ -13,7 +13,7 @@ from pathlib import Path
 from runbook import journal as journals
 from runbook import settings
 from runbook.clock import FakeClock
-from runbook.sim.scenario import Scenario, load_scenario
+from runbook.sim.scenario import Scenario, load_scenario, scenario_names
 from runbook.sim.world import build_world
 from runbook.engine.operator import Operator
 from runbook.engine.runner import Engine, RunResult
@@ -49,6 +49,17 @@ class DrillResult:
         }
 
 
+def check_scenario_name(name: str) -> None:
+    """InvalidInput with "did you mean" for a name that is neither a bundled scenario nor a file."""
+    from runbook.loading.problems import did_you_mean
+
+    if "/" in name or name.endswith((".yaml", ".yml")) or Path(name).is_file():
+        return  # a scenario file: its own loader says what is wrong with it
+    known = scenario_names()
+    if name not in known:
+        raise InvalidInput(f"no scenario {name} (see `runbook drill --list`); {did_you_mean(name, known)}")
+
+
 def bundled_playbook(name: str, registry: Registry) -> Playbook:
     path = validation.bundled_dir() / f"{name}.yaml"
     if not path.is_file():
@@ -66,6 +77,7 @@ def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = Fal
               interrupted: Callable[[journals.Journal, FakeClock], Callable[[], str | None]] | None = None,
               ) -> DrillResult:
     """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals)."""
+    check_scenario_name(name)
     registry = registry or load_builtin()
     scenario = load_scenario(name)
     playbook = bundled_playbook(scenario.playbook, registry)
