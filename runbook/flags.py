@@ -12,7 +12,7 @@ from fractions import Fraction
 
 from runbook.errors import InvalidInput
 
-__all__ = ["FlagChange", "FlagError", "clamp_value", "find_flag", "plan_flag_change"]
+__all__ = ["FlagChange", "FlagError", "canonical_flag", "clamp_value", "find_flag", "plan_flag_change"]
 
 Number = int | float
 
@@ -28,6 +28,7 @@ class FlagChange:
     before: str  # the flag's current value as written
     after: str  # the new value as written
     location: str  # "args" | "command" | "args:shell" | "command:shell"
+    spelling: str | None = None  # the flag as the workload writes it (`--max_model_len`), when not as named
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -153,19 +154,30 @@ class _Occurrence:
     index: int  # in command+args: the element rewritten (the value's, or the script's)
     prefix: str = ""  # text kept before the value in that element: "--flag=" for the `=` form
     word: int = -1  # shell: index of the value's word in the lexed script
+    spelling: str = ""  # the flag as written there
 
 
-def _flag_variants(flag: str) -> set[str]:
-    # vLLM's parser reads --max_model_len as --max-model-len; the other spelling beside ours would
-    # make the change ambiguous, and alone it means the caller named the flag differently.
-    dashes = len(flag) - len(flag.lstrip("-"))
-    name = flag[dashes:]
-    return {flag[:dashes] + name.replace("-", "_"), flag[:dashes] + name.replace("_", "-")} - {flag}
+def canonical_flag(flag: str) -> str:
+    """The flag as vLLM's parser reads it: `--max_model_len` → `--max-model-len` (long options only)."""
+    return "--" + flag[2:].replace("_", "-") if flag.startswith("--") else flag
+
+
+def _spellings(flag: str) -> str:
+    """A pattern for every way the flag may be written: vLLM's parser turns each `_` of a long
+    option's name into `-`, so --max_model_len (or --max-model_len) is --max-model-len."""
+    if not flag.startswith("--"):
+        return re.escape(flag)
+    return "--" + "".join("[-_]" if c in "-_" else re.escape(c) for c in flag[2:])
 
 
 def _mention(flag: str) -> re.Pattern[str]:
     # Bounded on both sides so --max-model-len-extra and ---max-model-len are other flags.
-    return re.compile(r"(?<![\w\-])" + re.escape(flag) + r"(?![\w\-])")
+    return re.compile(r"(?<![\w\-])" + _spellings(flag) + r"(?![\w\-])")
+
+
+def _written(flag: str) -> re.Pattern[str]:
+    """A whole word that is the flag (group 1: its spelling), with `=value` (group 2) or without."""
+    return re.compile("(" + _spellings(flag) + ")(?:=(.*))?", re.S)
 
 
 def _is_value(token: str) -> bool:
@@ -210,10 +222,9 @@ class _Scan:
         self.argv = command + args
         self.container = container
         self.found: list[_Occurrence] = []
-        self.variants: list[str] = []  # "where" of the other spelling
         self.unparsed: list[str] = []  # "where" of mentions that are not a standalone flag
         self._mention = _mention(flag)
-        self._variant_mentions = [_mention(v) for v in _flag_variants(flag)]
+        self._written = _written(flag)
 
         script = _shell_script_index(self.argv)
         if script is None:
@@ -231,25 +242,24 @@ class _Scan:
         return f"container {self.container!r} {where}" if self.container else where
 
     def _scan_argv(self, indices: range) -> None:
-        flag, argv = self.flag, self.argv
+        argv = self.argv
         for i in indices:
             element = argv[i]
             name, idx = self.place(i)
             where = f"{name}[{idx}]"
-            if element == flag:
+            written = self._written.fullmatch(element)
+            if written is not None and written[2] is None:
                 nxt = i + 1
                 if nxt in indices and _is_value(argv[nxt]):
                     vname, vidx = self.place(nxt)
-                    self.found.append(_Occurrence(f"{vname}[{vidx}]", vname, argv[nxt], nxt))
+                    self.found.append(_Occurrence(f"{vname}[{vidx}]", vname, argv[nxt], nxt, spelling=written[1]))
                 else:
-                    self.found.append(_Occurrence(where, name, None, i))
-            elif element.startswith(flag + "="):
-                value = element[len(flag) + 1:]
-                self.found.append(_Occurrence(where, name, value or None, i, prefix=flag + "="))
+                    self.found.append(_Occurrence(where, name, None, i, spelling=written[1]))
+            elif written is not None:
+                self.found.append(_Occurrence(where, name, written[2] or None, i, prefix=written[1] + "=",
+                                              spelling=written[1]))
             elif self._mention.search(element):
                 self.unparsed.append(where)
-            if any(m.match(element) for m in self._variant_mentions):
-                self.variants.append(where)
 
     def _scan_script(self, index: int) -> None:
         flag, script = self.flag, self.argv[index]
@@ -266,31 +276,26 @@ class _Scan:
                 continue
             recognised = 0
             text = word.text
-            if text == flag:
+            written = self._written.fullmatch(text) if text is not None else None
+            if written is not None and written[2] is None:
                 recognised = 1
                 nxt = words[k + 1] if k + 1 < len(words) else None
                 if nxt is not None and not nxt.operator and nxt.text is not None and _is_value(nxt.text):
-                    self.found.append(_Occurrence(where, f"{name}:shell", nxt.text, index, word=k + 1))
+                    self.found.append(_Occurrence(where, f"{name}:shell", nxt.text, index, word=k + 1,
+                                                  spelling=written[1]))
                 else:
-                    self.found.append(_Occurrence(where, f"{name}:shell", None, index, word=k))
-            elif text is not None and text.startswith(flag + "="):
+                    self.found.append(_Occurrence(where, f"{name}:shell", None, index, word=k, spelling=written[1]))
+            elif written is not None:
                 recognised = 1
-                value = text[len(flag) + 1:]
-                self.found.append(_Occurrence(where, f"{name}:shell", value or None, index, prefix=flag + "=", word=k))
+                self.found.append(_Occurrence(where, f"{name}:shell", written[2] or None, index,
+                                              prefix=written[1] + "=", word=k, spelling=written[1]))
             # A mention we did not recognise (inside VAR="--flag 5", "$(...)", a quoted blob) may
             # be what the program really reads: never rewrite one copy and leave the other.
             if len(self._mention.findall(word.raw)) > recognised:
                 self.unparsed.append(where)
-            if text is not None and any(m.match(text) for m in self._variant_mentions):
-                self.variants.append(where)
 
     def single(self) -> _Occurrence | None:
         flag = self.flag
-        if self.variants:
-            raise FlagError(
-                f"{flag}: another spelling of this flag is set in {self.describe(', '.join(self.variants))}; "
-                "name the flag exactly as written, and keep only one spelling"
-            )
         if self.unparsed:
             raise FlagError(
                 f"{flag} is mentioned in {self.describe(', '.join(self.unparsed))} but not as a standalone "
@@ -386,6 +391,7 @@ def plan_flag_change(
         before=before,
         after=after,
         location=occurrence.location,
+        spelling=occurrence.spelling if occurrence.spelling != flag else None,
     )
 
 

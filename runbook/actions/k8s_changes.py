@@ -110,7 +110,7 @@ def delete_pod(ctx: StepContext, p: DeletePodParams) -> Plan:
 class SetArgParams(ActionParams):
     target: fields.WorkloadRef
     container: fields.K8sName
-    flag: str = pydantic.Field(pattern=r"^--[a-z0-9][a-z0-9-]*$")
+    flag: str = pydantic.Field(pattern=r"^--[a-z0-9][a-z0-9_-]*$")  # --max_model_len is --max-model-len
     factor: float | None = pydantic.Field(None, gt=0)
     value: str | int | float | None = None
     floor: float | None = None
@@ -175,7 +175,7 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     except ValueError:
         value_after = None
     return Plan(target=f"{namespace}/{kind}/{name}", namespace=namespace,
-                summary=f"set {p.flag} of {kind}/{name}/{p.container} {change.before} → {change.after}",
+                summary=f"set {change.spelling or p.flag} of {kind}/{name}/{p.container} {change.before} → {change.after}",
                 before={p.flag: change.before}, after={p.flag: change.after}, apply=apply, rollback=rollback,
                 value_after=value_after, ready_before=workload.ready_replicas,
                 # A rolling restart takes one pod out at a time.

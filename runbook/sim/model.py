@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Sequence, Set as AbstractSet
 
 from runbook.backends.base import ContainerSpec, ContainerStatus, Pod, Workload
+from runbook.flags import canonical_flag
 from runbook.sim.scenario import LogEntry, Workload as WorkloadSpec
 
 UID_NAMESPACE = uuid.UUID("6f1c1e0a-4d0b-4b8e-9a51-2f0a7c1d9e11")
@@ -24,12 +25,17 @@ def hex64(seed: str) -> str:
 
 
 def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of `--flag=V` or `--flag V` in argv (the last one wins), or None."""
+    """The value of `--flag=V` or `--flag V` in argv (the last one wins), or None; spelled either
+    way (`--max_model_len` is `--max-model-len`), as vLLM reads it."""
     value = None
+    wanted = canonical_flag(flag)
     for i, a in enumerate(argv):
-        if a.startswith(flag + "="):
-            value = a[len(flag) + 1:]
-        elif a == flag and i + 1 < len(argv):
+        name, equals, rest = a.partition("=")
+        if canonical_flag(name) != wanted:
+            continue
+        if equals:
+            value = rest
+        elif i + 1 < len(argv):
             value = argv[i + 1]
     return value
 

@@ -12,6 +12,8 @@ expect: resolved                  # resolved | refused: how a correct playbook r
 description: >-                   # shown at the start of the drill
   ...
 start: 2026-03-14T03:12:07Z       # T0, with a timezone
+onset: -7m                        # optional: when the playbook's detect condition starts to hold;
+                                  #   the RCA report finds its onset milestone there (within a step)
 alert: {source: alertmanager, name: VllmOomSurge, labels: {...}, annotations: {...}}
 params: {}                        # playbook param overrides
 metrics: {unreachable: false, url: sim://prometheus.monitoring.svc:9090}
@@ -378,7 +380,7 @@ class Signal(_Model):
 class ArgChanged(_Model):
     workload: str
     container: str | None = None
-    flag: str = pydantic.Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9-]*$")
+    flag: str = pydantic.Field(pattern=r"^--?[A-Za-z0-9][A-Za-z0-9_-]*$")
     at_most: float | None = None
     at_least: float | None = None
     equals: str | None = None
@@ -513,6 +515,7 @@ class Scenario(_Model):
     expect: Literal["resolved", "refused"]
     description: str
     start: pydantic.AwareDatetime
+    onset: Offset | None = None  # what the scenario says; the report finds it from the metrics alone
     alert: Alert
     params: dict[str, Any] = {}
     metrics: MetricsSpec = MetricsSpec()
