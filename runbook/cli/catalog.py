@@ -16,13 +16,14 @@ from runbook.loading.problems import format_report
 from runbook.actions import load_builtin
 
 
-def load_all(paths: tuple[str, ...]) -> list[validation.LoadResult]:
+def load_all(paths: tuple[str, ...], catalog=None) -> list[validation.LoadResult]:
+    """`catalog`: the signal catalog to check signal names against (default: the config file's)."""
     registry = load_builtin()
     files = validation.discover(paths or validation.default_paths())
     missing = [str(f) for f in files if not Path(f).exists()]
     if missing:
         raise InvalidInput(f"no such file or folder: {', '.join(missing)}")
-    return [validation.load_playbook_file(f, registry, label=_label(f)) for f in files]
+    return [validation.load_playbook_file(f, registry, label=_label(f), catalog=catalog) for f in files]
 
 
 def _label(path: Path) -> str:

@@ -63,26 +63,32 @@ def parse_at(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
     return parsed.astimezone(dt.timezone.utc).replace(microsecond=0)
 
 
-def _load_playbooks(paths: tuple[str, ...]) -> tuple[list, list[dict[str, str]]]:
+def _load_playbooks(paths: tuple[str, ...], catalog=None) -> tuple[list, list[dict[str, str]]]:
+    """(the valid playbooks, each invalid one's file and its first problem); signals checked against `catalog`."""
     from runbook.cli.catalog import load_all
 
-    results = load_all(paths)
+    results = load_all(paths, catalog=catalog)
     valid = [r.playbook for r in results if r.playbook is not None]
-    invalid = [{"file": r.file, "reason": f"invalid playbook ({len(r.problems)} problem(s)); see `runbook validate`"}
-               for r in results if r.playbook is None]
+    invalid = [{"file": r.file, "reason": _invalid_reason(r.problems)} for r in results if r.playbook is None]
     return valid, invalid
 
 
-def _metrics(config, prometheus_url: str | None, profile: str | None):
+def _invalid_reason(problems) -> str:
+    first = problems[0] if problems else None
+    where = "  ".join(part for part in (first.location, first.path) if part) if first else ""
+    more = f"; {len(problems) - 1} more" if len(problems) > 1 else ""
+    detail = f": {where}  {first.message}{more}" if first else ""
+    return f"invalid playbook{detail} (`runbook validate` shows every problem and its fix)"
+
+
+def _metrics(config, prometheus_url: str | None, catalog):
     from runbook.backends.prometheus import client as prometheus
-    from runbook.signals.catalog import build_catalog
 
     metrics = prometheus.connect(config, url=prometheus_url, env=settings.environment())
     if metrics is None:
         raise click.UsageError("no Prometheus to ask: give --prometheus-url, set RUNBOOK_PROMETHEUS_URL, or put "
                                "`prometheus: {url: …}` in the config file")
-    if profile:
-        metrics.catalog = build_catalog(config, profile=profile)
+    metrics.catalog = catalog
     return metrics
 
 
@@ -109,6 +115,7 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
            kube_context: str | None, in_cluster: bool, namespace: str | None, yes: bool, dry_run: bool,
            operator_name: str | None, output: str) -> None:
     from runbook.config import load_config
+    from runbook.signals.catalog import build_catalog
     from runbook.triage.evaluate import evaluate
     from runbook.triage.views import step_one
 
@@ -118,8 +125,9 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
         raise click.UsageError("--playbook chooses what --run runs; add --run")
     at = parse_at(at_text)
     config = load_config(config_path)
-    playbooks, invalid = _load_playbooks(paths)
-    metrics = _metrics(config, prometheus_url, profile)
+    catalog = build_catalog(config, profile=profile)
+    playbooks, invalid = _load_playbooks(paths, catalog)
+    metrics = _metrics(config, prometheus_url, catalog)
     try:
         params = {"namespace": namespace} if namespace else {}
         report = evaluate(playbooks, metrics, at, params)
@@ -317,7 +325,7 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
     used: dict[str, list[str]] = {}
     asked: dict[str, dict[str, str]] = {}  # a detected signal is checked as triage asks it
     try:
-        playbooks, _ = _load_playbooks(())
+        playbooks, _ = _load_playbooks((), catalog)
     except InvalidInput:
         playbooks = []
     for p in playbooks:
@@ -335,7 +343,7 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
                      "detected_by": used.get(name, [])})
     code = 0
     if check:
-        metrics = _metrics(config, prometheus_url, profile)
+        metrics = _metrics(config, prometheus_url, catalog)
         at = parse_at(at_text)
         unavailable = None
         try:
@@ -425,7 +433,7 @@ def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: 
     if namespace:
         fixed["namespace"] = namespace
     catalog = build_catalog(load_config(config_path), profile=profile)
-    playbooks, invalid = _load_playbooks(paths)
+    playbooks, invalid = _load_playbooks(paths, catalog)
     document, notes = alerting_rules(playbooks, catalog, fixed)
     if fmt == "prometheusrule":
         meta = parse_params(labels, "--label")

@@ -45,6 +45,7 @@ CODES: dict[str, str] = {
     "bad-template": "RB120",
     "duplicate-id": "RB130",
     "unknown-step": "RB131",
+    "unknown-signal": "RB132",
     "not-a-playbook": "RB140",
 }
 

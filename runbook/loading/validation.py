@@ -1,8 +1,8 @@
 """Playbook files → a `Playbook`, or every problem in them at once, each located and with a fix.
 
 Checks the shape (unknown, missing and duplicate keys, types), each step's action against the
-registry and its `with:` against that action's params model, template syntax, and references to
-steps and params — at load time, not at 3am.
+registry and its `with:` against that action's params model, template syntax, references to
+steps and params, and every metric signal named against the signal catalog — at load time, not at 3am.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
 
@@ -19,6 +19,9 @@ from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem
 from runbook.loading.yamlsource import Positions, load_yaml, read_yaml_text
 from runbook.model.playbook import Playbook
 from runbook.registry import Registry
+
+if TYPE_CHECKING:
+    from runbook.signals.catalog import Catalog
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 
@@ -58,7 +61,9 @@ def default_paths() -> list[Path]:
     return paths
 
 
-def load_playbook_file(path: str | Path, registry: Registry, *, label: str | None = None) -> LoadResult:
+def load_playbook_file(path: str | Path, registry: Registry, *, label: str | None = None,
+                       catalog: Catalog | None = None) -> LoadResult:
+    """`catalog`: the signal catalog the playbook's signals must be in (default: the config file's)."""
     file = label or str(path)
     try:
         text = read_yaml_text(path)
@@ -67,10 +72,29 @@ def load_playbook_file(path: str | Path, registry: Registry, *, label: str | Non
         return LoadResult(file, None, (problem("not-a-playbook", file=file, position=None, path="",
                                                message=f"cannot read the file: {reason}",
                                                hint="check the path and that it is a YAML text file"),))
-    return load_playbook_text(text, file=file, registry=registry)
+    return load_playbook_text(text, file=file, registry=registry, catalog=catalog)
 
 
-def load_playbook_text(text: str, *, file: str, registry: Registry) -> LoadResult:
+_CATALOGS: dict[tuple, Catalog] = {}  # one build per config file version, not one per playbook loaded
+
+
+def catalog_in_effect() -> Catalog:
+    """The signal catalog of the config file found by default (`$RUNBOOK_CONFIG`, ./runbook.yaml, …)."""
+    from runbook.config import find_config, load_config
+    from runbook.signals.catalog import build_catalog
+
+    path = find_config()
+    key: tuple = ()
+    if path is not None:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _CATALOGS:
+        _CATALOGS.clear()
+        _CATALOGS[key] = build_catalog(load_config(path))
+    return _CATALOGS[key]
+
+
+def load_playbook_text(text: str, *, file: str, registry: Registry, catalog: Catalog | None = None) -> LoadResult:
     doc = load_yaml(text, file=file)
     problems: list[Problem] = list(doc.problems)
     data = doc.data
@@ -87,6 +111,7 @@ def load_playbook_text(text: str, *, file: str, registry: Registry) -> LoadResul
     except pydantic.ValidationError as exc:
         problems.extend(problems_from_validation_error(exc, file=file, positions=doc.positions, model=Playbook))
     problems.extend(_check_steps(data, doc.positions, file, registry))
+    problems.extend(_check_signals(data, doc.positions, file, registry, catalog or catalog_in_effect()))
     problems = _dedupe(problems)
     return LoadResult(file, playbook if not problems else None, tuple(sorted(problems)))
 
@@ -179,6 +204,40 @@ def _check_steps(data: Mapping[str, Any], positions: Positions, file: str, regis
                 problems.extend(_check_params(spec.params, with_, positions, file, ("steps", index, "with")))
         if isinstance(step_id, str):
             earlier.add(step_id)
+    return problems
+
+
+def _named_signals(data: Mapping[str, Any], registry: Registry) -> Iterable[tuple[tuple, str]]:
+    """(path, name) of every metric signal named literally: the detect's, and each step's fields that
+    its action declares as metric signals (a kill's `signal: KILL` is a Unix signal, not one of these)."""
+    detect = data.get("detect")
+    if isinstance(detect, Mapping) and isinstance(detect.get("signal"), str):
+        yield ("detect", "signal"), detect["signal"]
+    steps = data.get("steps")
+    for index, step in enumerate(steps if isinstance(steps, list) else ()):
+        if not isinstance(step, Mapping) or not isinstance(step.get("uses"), str):
+            continue
+        spec = registry.get(step["uses"])
+        with_ = step.get("with")
+        if spec is None or not isinstance(with_, Mapping):
+            continue
+        for field in spec.params.signal_fields():
+            value = with_.get(field)
+            if isinstance(value, str) and not templating.is_template(value):  # a template is known when rendered
+                yield ("steps", index, "with", field), value
+
+
+def _check_signals(data: Mapping[str, Any], positions: Positions, file: str, registry: Registry,
+                   catalog: Catalog) -> list[Problem]:
+    problems = []
+    for path, name in _named_signals(data, registry):
+        if name in catalog.signals:
+            continue
+        problems.append(problem(
+            "unknown-signal", file=file, position=positions.value(path) or positions.nearest(path)[1],
+            path=path_to_str(path), message=f"no signal `{name}` in signal profile {catalog.profile}",
+            hint=(did_you_mean(name, catalog.names()) + " `runbook signals` lists them; add one of your own "
+                  "under `signals: overrides:` in the config file")))
     return problems
 
 

@@ -37,6 +37,7 @@ def test_codes_are_the_documented_ones():
         "bad-template": "RB120",
         "duplicate-id": "RB130",
         "unknown-step": "RB131",
+        "unknown-signal": "RB132",
         "not-a-playbook": "RB140",
     }
 

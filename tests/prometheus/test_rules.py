@@ -131,4 +131,7 @@ def test_rules_with_a_playbook_signal_missing_from_the_profile_fail_clearly(tmp_
                     "steps:\n  - id: note\n    uses: flow.note\n    with: {message: hi}\n")
     result = CliRunner().invoke(main, ["rules", str(book)])
     assert result.exit_code == 3
-    assert "no_such_signal" in result.output and "signals: overrides:" in result.output
+    # Found when the playbook is loaded (issue 15, item 4): located, and how to add it.
+    assert "custom.yaml: invalid playbook: " in result.output and "no signal `no_such_signal`" in result.output
+    checked = CliRunner().invoke(main, ["validate", str(book)])
+    assert checked.exit_code == 3 and "signals: overrides:" in checked.output
