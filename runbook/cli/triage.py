@@ -33,6 +33,8 @@ Exit codes without --run:
    0  nothing fires
   10  something fires
   11  Prometheus could not be read (for some playbook, and nothing fires)
+   3  a playbook is invalid, so it was not evaluated (and nothing fires or is unseen)
+The first line says which, and why.
 With --run: the run's exit code (0 resolved, 1 failed, 4 refused, …).
 """
 
@@ -63,13 +65,15 @@ def parse_at(text: str | None, now: dt.datetime | None = None) -> dt.datetime:
     return parsed.astimezone(dt.timezone.utc).replace(microsecond=0)
 
 
-def _load_playbooks(paths: tuple[str, ...], catalog=None) -> tuple[list, list[dict[str, str]]]:
-    """(the valid playbooks, each invalid one's file and its first problem); signals checked against `catalog`."""
+def _load_playbooks(paths: tuple[str, ...], catalog=None) -> tuple[list, list]:
+    """(the valid playbooks, each invalid one as NotEvaluated: its file and first problem); signals are
+    checked against `catalog`."""
     from runbook.cli.catalog import load_all
+    from runbook.triage.evaluate import NotEvaluated
 
     results = load_all(paths, catalog=catalog)
     valid = [r.playbook for r in results if r.playbook is not None]
-    invalid = [{"file": r.file, "reason": _invalid_reason(r.problems)} for r in results if r.playbook is None]
+    invalid = [NotEvaluated(r.file, _invalid_reason(r.problems)) for r in results if r.playbook is None]
     return valid, invalid
 
 
@@ -130,25 +134,25 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
     metrics = _metrics(config, prometheus_url, catalog)
     try:
         params = {"namespace": namespace} if namespace else {}
-        report = evaluate(playbooks, metrics, at, params)
+        report = evaluate(playbooks, metrics, at, params, invalid=invalid)
         ns = _default_namespace(playbooks, namespace)
         views = None if report.unavailable else step_one(metrics, report.at, {"namespace": ns} if ns else {},
                                                          report.firing)
     finally:
         metrics.close()
-    document = _document(report, views, invalid, metrics)
+    document = _document(report, views, metrics)
     if not run_it:
         if output == "json":
             print_json(document)
         else:
-            _print_report(report, views, invalid, metrics)
+            _print_report(report, views, metrics)
         raise SystemExit(report.exit_code)
     chosen = _choose(report, playbooks, playbook_name)
     if chosen is None:
         if output == "json":
             print_json({"triage": document, "run": None})
         else:
-            _print_report(report, views, invalid, metrics)
+            _print_report(report, views, metrics)
             if report.unavailable:
                 why = "not running anything: Prometheus could not be read, and runbook does not act blind"
             else:
@@ -156,7 +160,7 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
             stderr_console().print(why, markup=False)
         raise SystemExit(report.exit_code)
     if output != "json":
-        _print_report(report, views, invalid, metrics)
+        _print_report(report, views, metrics)
         why = "chosen with --playbook" if playbook_name else "the top match"
         stderr_console().print(f"\nrunning {chosen.name} ({why})" + (", dry run" if dry_run else ""), markup=False)
     _run(chosen, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes, dry_run,
@@ -200,9 +204,12 @@ def _run(playbook, document: dict[str, Any], config, params: dict[str, str], pro
     raise SystemExit(result.exit_code)
 
 
-def _document(report, views, invalid, metrics) -> dict[str, Any]:
+def _document(report, views, metrics) -> dict[str, Any]:
+    from runbook.triage.verdict import headline
+
     top = report.top
     return {
+        "headline": headline(report),
         "at": report.at.isoformat(),
         "prometheus": metrics.url,
         "profile": metrics.catalog.profile,
@@ -210,7 +217,8 @@ def _document(report, views, invalid, metrics) -> dict[str, Any]:
         "firing": [f.to_json() for f in report.firing],
         "quiet": [f.to_json() for f in report.findings if f.state in ("quiet", "pending")],
         "unknown": [f.to_json() for f in report.of("unknown")],
-        "skipped": [f.to_json() for f in report.of("skipped")] + [{"playbook": i["file"], **i} for i in invalid],
+        "skipped": [f.to_json() for f in report.of("skipped")],
+        "invalid": [i.to_json() for i in report.invalid],
         "views": views,
         "exit_code": report.exit_code,
     }
@@ -234,8 +242,12 @@ def _console():
     return console
 
 
-def _print_report(report, views, invalid, metrics) -> None:
+def _print_report(report, views, metrics) -> None:
+    from runbook.triage.verdict import headline
+
     out = _console()
+    style = "bold red" if report.firing else "bold yellow" if report.exit_code else "bold green"
+    out.print(headline(report), style=style, markup=False, highlight=False)
     out.print(f"[bold]Triage[/] at {report.at:%Y-%m-%d %H:%M:%S} UTC  [dim]{metrics.url}, profile "
               f"{metrics.catalog.profile}[/]")
     if report.firing:
@@ -259,8 +271,10 @@ def _print_report(report, views, invalid, metrics) -> None:
             out.print(f"  {f.playbook}: {f.reason}", markup=False, highlight=False)
     for f in report.of("skipped"):
         out.print(f"[dim]skipped {f.playbook}: {f.reason}[/]", highlight=False)
-    for item in invalid:
-        out.print(f"[dim]skipped {item['file']}: {item['reason']}[/]", highlight=False)
+    if report.invalid:
+        out.print("\n[bold yellow]Not evaluated[/] (never read as quiet)")
+        for item in report.invalid:
+            out.print(f"  {item.file}: {item.reason}", markup=False, highlight=False)
     if views:
         _print_views(out, views)
     top = report.top
@@ -268,7 +282,7 @@ def _print_report(report, views, invalid, metrics) -> None:
         out.print(f"\n[bold]Top match: {top.playbook}[/] — {top.title}. Run it: "
                   f"[cyan]runbook triage --run[/] (add --dry-run to only diagnose), or "
                   f"[cyan]runbook run {top.playbook}[/]")
-    elif not unknown:
+    elif not report.exit_code:
         out.print("\n[green]Nothing fires.[/]")
 
 
@@ -439,7 +453,7 @@ def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: 
         meta = parse_params(labels, "--label")
         document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)
     text = to_yaml(document)
-    for note in notes + [f"{i['file']}: {i['reason']}" for i in invalid]:
+    for note in notes + [f"{i.file}: {i.reason}" for i in invalid]:
         click.echo(f"note: {note}", err=True)
     if output_file:
         try:

@@ -61,10 +61,22 @@ class Finding:
 
 
 @dataclasses.dataclass(frozen=True)
+class NotEvaluated:
+    """A playbook file that could not be loaded, so its condition was never asked: never quiet."""
+
+    file: str
+    reason: str
+
+    def to_json(self) -> dict[str, str]:
+        return {"file": self.file, "reason": self.reason}
+
+
+@dataclasses.dataclass(frozen=True)
 class Report:
     at: dt.datetime
     findings: tuple[Finding, ...]
     unavailable: str | None = None  # why the backend could not be reached, if it could not
+    invalid: tuple[NotEvaluated, ...] = ()
 
     def of(self, state: str) -> list[Finding]:
         return [f for f in self.findings if f.state == state]
@@ -83,10 +95,13 @@ class Report:
 
     @property
     def exit_code(self) -> int:
+        """What fires first; then what could not be seen; then what was not evaluated; 0 only if all is quiet."""
         if self.firing:
             return int(ExitCode.FIRING)
         if self.of("unknown"):
             return int(ExitCode.BLIND)
+        if self.invalid:
+            return int(ExitCode.INVALID)
         return int(ExitCode.OK)
 
 
@@ -156,8 +171,10 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
 
 
 def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,
-             params: Mapping[str, Any] | None = None, *, lookback: float = LOOKBACK, step: float = STEP) -> Report:
+             params: Mapping[str, Any] | None = None, *, lookback: float = LOOKBACK, step: float = STEP,
+             invalid: Sequence[NotEvaluated] = ()) -> Report:
     """Every playbook's detect at `at`; `params` override each playbook's defaults (e.g. namespace).
+    `invalid`: the playbook files that could not be loaded; they keep the report from being quiet.
 
     The first detect (in name order) is asked alone: an unreachable or failing backend is known after
     one request and one timeout, and nothing else is asked. The others, independent queries, are then
@@ -195,7 +212,7 @@ def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,
             findings.append(_unknown(playbook, str(answer)))
         else:
             findings.append(answer)
-    return Report(at, tuple(findings), unavailable)
+    return Report(at, tuple(findings), unavailable, tuple(invalid))
 
 
 def _unknown(playbook: Playbook, reason: str) -> Finding:

@@ -1,0 +1,36 @@
+"""Triage's verdict in one line, said first: what fires, what could not be seen, what was not
+evaluated — "All clear" only when every playbook was evaluated and found quiet.
+"""
+
+from __future__ import annotations
+
+from runbook.triage.evaluate import Report
+
+
+def _playbooks(count: int) -> str:
+    return f"{count} playbook{'' if count == 1 else 's'}"
+
+
+def _names(items: list[str], shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def headline(report: Report) -> str:
+    """One line: `Firing: …`, `Not all clear: …` or `All clear: …`, with what keeps it from being quiet."""
+    concerns = []
+    unknown = report.of("unknown")
+    if unknown:
+        why = "Prometheus could not be read" if report.unavailable else "Prometheus gave no reading"
+        concerns.append(f"{_playbooks(len(unknown))} could not be seen ({why})")
+    if report.invalid:
+        concerns.append(f"{_playbooks(len(report.invalid))} not evaluated (invalid: "
+                        f"{_names([i.file for i in report.invalid])})")
+    firing = report.firing
+    if firing:
+        head = "Firing: " + _names([f"{f.playbook} ({f.severity})" for f in firing])
+        return head + "".join(f"; {c}" for c in concerns)
+    if concerns:
+        return "Not all clear: " + "; ".join(concerns)
+    evaluated = len([f for f in report.findings if f.state != "skipped"])
+    return f"All clear: nothing fires ({_playbooks(evaluated)} evaluated)"
