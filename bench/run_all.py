@@ -26,6 +26,7 @@ SUITE = {
     "history": ([sys.executable, "bench/guard_history.py"], 300),
     "fleet": ([sys.executable, "-m", "bench.fleet"], 600),
     "webhook": ([sys.executable, "bench/webhook_load.py"], 300),
+    "alert": ([sys.executable, "-m", "bench.alert_to_action"], 300),
 }
 
 
