@@ -33,6 +33,7 @@ from runbook.registry import Kind, Registry
 
 HISTORY_CONTEXT_SECONDS = 900.0  # at least 15 minutes of context before the alert
 HISTORY_POINTS = 120
+HISTORY_ONSET_LOOKBACK = dt.timedelta(hours=1)  # how far before the run the history may start, for an old alert
 
 # In a dry run nothing changed, so there is nothing to verify and no one to hand a change to.
 DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothing to verify",
@@ -153,6 +154,12 @@ class Engine:
             playbook.params, self.namespaces, literal=namespaces.playbook_literals(playbook.steps))
         if playbook.detect is not None:
             self._signals[playbook.detect.signal] = ({}, ())
+        # The detect condition as the alert reads it (labels rendered once params are): the report's onset.
+        self._detect_view: tuple[str, dict[str, str], dict[str, Any]] | None = None
+        # The condition held `for` before the alert began firing: the history starts before that.
+        since = alert.starts_at if alert is not None else None
+        self._onset_bound = (max(since - dt.timedelta(seconds=playbook.detect.for_), now - HISTORY_ONSET_LOOKBACK)
+                             if since is not None and since.tzinfo is not None and playbook.detect else now)
         steps: list[StepOutcome] = []
         actions: list[AppliedAction] = []
         try:
@@ -181,6 +188,15 @@ class Engine:
         except InvalidInput as exc:
             return "failed", f"params: {exc}"
         context: dict[str, Any] = {**base, "params": rendered_params, "steps": {}}
+        detect = playbook.detect
+        if detect is not None:
+            try:
+                labels = templating.render_value(dict(detect.labels), context)
+                self._detect_view = (detect.signal, {str(k): str(v) for k, v in labels.items()},
+                                     {"condition": detect.describe(), "above": detect.above, "below": detect.below,
+                                      "for": detect.for_})
+            except InvalidInput:
+                pass  # the re-check before each change says so; the report goes without an onset
         escalated = False
         for step in playbook.steps:
             stop = self.interrupted()
@@ -319,17 +335,26 @@ class Engine:
                 self._signals[signal] = (labels, by)
 
     def _record_signal_history(self) -> None:
-        """Each signal the run read, over the incident and as long again before it: the report's charts."""
+        """Each signal the run read, over the incident and as long again before it: the report's charts.
+
+        The detect condition's signal is recorded as the alert reads it, with the condition: the report
+        finds there when the condition began to hold and when it cleared."""
         metrics = self.world.metrics
         if metrics is None or not getattr(self, "_signals", None):
             return
         end = self.clock.now()
-        span = max(HISTORY_CONTEXT_SECONDS, (end - self._started_at).total_seconds())
-        begin = self._started_at - dt.timedelta(seconds=span)
+        first = min(self._started_at, getattr(self, "_onset_bound", self._started_at))
+        span = max(HISTORY_CONTEXT_SECONDS, (end - first).total_seconds())
+        begin = first - dt.timedelta(seconds=span)
         step = float(max(1, math.ceil((end - begin).total_seconds() / HISTORY_POINTS)))
-        for signal, (labels, by) in sorted(self._signals.items()):
+        view = getattr(self, "_detect_view", None)
+        wanted = [(signal, labels, by, None) for signal, (labels, by) in sorted(self._signals.items())
+                  if view is None or signal != view[0] or by]  # the detect's own view says the rest
+        for signal, labels, by, detect in wanted + ([(view[0], view[1], (), view[2])] if view else []):
             data: dict[str, Any] = {"kind": "series", "title": f"{signal} around the incident", "signal": signal,
                                     "labels": labels, "by": list(by), "start": begin, "end": end, "step": step}
+            if detect is not None:
+                data.update(title=f"{signal} as the alert reads it", detect=detect)
             try:
                 series = metrics.query_range(signal, start=begin, end=end, step_seconds=step, labels=labels, by=by)
             except Exception as exc:  # noqa: BLE001 - a chart that cannot be drawn never hides the outcome

@@ -15,22 +15,11 @@ from typing import Any
 from runbook import redaction
 from runbook.model import events as ev
 from runbook.model.duration import format_duration
+from runbook.reporting import condition as alert_condition, milestones as milestone_rows
+from runbook.reporting.times import clock as _clock, relative
 
 EXCERPT_LINES = 24
 EXCERPT_CHARS = 2400
-
-
-def _clock(at: dt.datetime) -> str:
-    return at.astimezone(dt.timezone.utc).strftime("%H:%M:%S")
-
-
-def relative(at: dt.datetime, origin: dt.datetime) -> str:
-    seconds = int(round((at - origin).total_seconds()))
-    sign = "-" if seconds < 0 else "+"
-    seconds = abs(seconds)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"T{sign}{hours}:{minutes:02d}:{secs:02d}" if hours else f"T{sign}{minutes:02d}:{secs:02d}"
 
 
 def actor(event: ev.Event) -> str:
@@ -239,16 +228,8 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
         if cut:
             appendix.append({"number": number, "title": e.data.get("title"), "text": text})
 
-    first_plan = planned[0].at if planned else None
-    diagnostics_done = [e for e in events if e.type == ev.STEP_FINISHED and e.data.get("kind") == "diagnostic"
-                        and (first_plan is None or e.seq < planned[0].seq)]
-    milestones = [("detected", origin), ("diagnosed", diagnostics_done[-1].at if diagnostics_done else None),
-                  ("mitigated", applied[-1].at if applied else None), ("verified", verified[-1].at if verified else None),
-                  ("ended", end.at if end else None)]
-    milestone_rows = [{"name": name, "clock": _clock(at) if at else "—", "relative": relative(at, origin) if at else "—",
-                       "after": format_duration((at - origin).total_seconds()) if at else "—"} for name, at in milestones]
-    durations = {name: format_duration((at - origin).total_seconds()) for name, at in milestones if at is not None}
-
+    condition = alert_condition.from_events(events)
+    milestones, durations, durations_from = milestone_rows.build(events, condition, origin)
     peaks = _peaks(events, origin - dt.timedelta(minutes=10), last_at)
     measured = _measured(applied, verified, peaks)
     improvements = {h: list((run.get("improvements") or {}).get(h) or []) for h in ("short", "mid", "long")}
@@ -263,7 +244,7 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
                   "labels": _inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
                   "summary": (alert.data.get("annotations") or {}).get("summary", "")} if alert else None,
         "summary": _summary(alert, applied, verified, outcome, origin, refusals),
-        "peaks": peaks, "timeline": timeline, "milestones": milestone_rows, "durations": durations,
+        "peaks": peaks, "timeline": timeline, "milestones": milestones, "durations": durations, "durations_from": durations_from,
         "actions": actions, "refusals": refusals, "rollbacks": rollbacks, "escalations": escalations,
         "evidence": evidence, "appendix": appendix, "root_cause_hints": list(run.get("root_cause_hints") or []),
         "measured": measured, "improvements": improvements,
