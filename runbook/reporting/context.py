@@ -16,77 +16,12 @@ from runbook import redaction
 from runbook.model import events as ev
 from runbook.model.duration import format_duration
 from runbook.reporting import condition as alert_condition, milestones as milestone_rows
+from runbook.reporting.timeline import rows as timeline_rows
 from runbook.reporting.times import clock as _clock, relative
+from runbook.reporting.words import inline
 
 EXCERPT_LINES = 24
 EXCERPT_CHARS = 2400
-
-
-def actor(event: ev.Event) -> str:
-    d = event.data
-    if event.type == ev.ALERT_RECEIVED:
-        return f"{d.get('source') or 'alert'}"
-    if event.type == ev.ACTION_CONFIRMED:
-        return f"{d.get('by') or 'operator'}"
-    if event.type == ev.ACTION_APPLIED:
-        return "engine"
-    if event.type in (ev.RUN_STARTED, ev.RUN_FINISHED):
-        return str(d.get("holder") or "engine")
-    return "engine"
-
-
-def describe(event: ev.Event) -> str:
-    """One line for the timeline."""
-    d = event.data
-    labels = ", ".join(f"{k}={v}" for k, v in (d.get("labels") or {}).items())
-    match event.type:
-        case ev.ALERT_RECEIVED:
-            return f"alert {d.get('name')} {d.get('status', 'firing')}" + (f" ({labels})" if labels else "")
-        case ev.RUN_STARTED:
-            return f"playbook {d.get('playbook')} started" + (" (dry run)" if d.get("dry_run") else "")
-        case ev.STEP_STARTED:
-            return f"step {event.step} started ({d.get('uses')})"
-        case ev.STEP_FINISHED:
-            return f"step {event.step} {d.get('status')}: {d.get('summary')}"
-        case ev.EVIDENCE:
-            return f"evidence: {d.get('title')}"
-        case ev.ACTION_PLANNED:
-            return f"planned: {d.get('summary')}"
-        case ev.GUARD_PASSED:
-            return "guards passed: " + ", ".join(g.get("guard", "?") for g in d.get("guards", []))
-        case ev.GUARD_REFUSED:
-            return f"refused by guard {d.get('guard')}: {d.get('reason')}"
-        case ev.ACTION_CONFIRMED:
-            return f"confirmed ({d.get('how')})"
-        case ev.ACTION_APPLIED:
-            return f"applied: {d.get('summary')} (approved by {d.get('by')})"
-        case ev.ACTION_SKIPPED:
-            return f"not applied: {d.get('reason')}"
-        case ev.ACTION_FAILED:
-            return f"failed to apply on {d.get('target')}: {d.get('error')}"
-        case ev.VERIFY_PASSED:
-            return f"verified: {d.get('summary')}"
-        case ev.VERIFY_FAILED:
-            return f"verification failed: {d.get('summary')}"
-        case ev.ROLLBACK_APPLIED:
-            return f"rolled back {d.get('target')} to {_inline(d.get('restored'))}"
-        case ev.ROLLBACK_FAILED:
-            return f"rollback failed on {d.get('target')}: {d.get('error')}"
-        case ev.NOTE:
-            return f"note: {d.get('message')}"
-        case ev.ESCALATED:
-            return f"escalated: {d.get('reason')}"
-        case ev.RUN_FINISHED:
-            return f"run finished {d.get('outcome')}: {d.get('reason')}"
-    return event.type
-
-
-def _inline(value: Any) -> str:
-    if isinstance(value, dict):
-        return ", ".join(f"{k} {_inline(v)}" for k, v in value.items())
-    if isinstance(value, list):
-        return "[" + ", ".join(_inline(v) for v in value) + "]"
-    return str(value)
 
 
 def evidence_text(data: dict[str, Any]) -> str:
@@ -98,13 +33,13 @@ def evidence_text(data: dict[str, Any]) -> str:
             text += ("\n" if text else "") + "[stderr]\n" + str(data["stderr"])
         return text.rstrip() or f"(no output, exit code {data.get('exit_code')})"
     if kind == "logs":
-        lines = [f"{data.get('count', 0)} matching line(s); by pod: {_inline(data.get('by_pod') or {})}"]
+        lines = [f"{data.get('count', 0)} matching line(s); by pod: {inline(data.get('by_pod') or {})}"]
         return "\n".join(lines + list(data.get("excerpt") or []))
     if kind == "samples" and "samples" in data:
         rows = data.get("samples") or []
         if not rows:
             return "no data"
-        return "\n".join(f"{_inline(r.get('labels')) or '(total)'}: {r.get('value'):g}" for r in rows)
+        return "\n".join(f"{inline(r.get('labels')) or '(total)'}: {r.get('value'):g}" for r in rows)
     if kind == "samples" and "readings" in data:
         return "\n".join(f"{r[0]}  {r[1] if r[1] is not None else 'no reading'}  {'holds' if r[2] else 'does not hold'}"
                          for r in data.get("readings") or [])
@@ -146,7 +81,7 @@ def _peaks(events: Sequence[ev.Event], start: dt.datetime, end: dt.datetime) -> 
         if value is None or at < start or at > end:
             return
         if signal not in best or float(value) > best[signal][0]:
-            best[signal] = (float(value), _clock(at), _inline(labels or {}) or "total")
+            best[signal] = (float(value), _clock(at), inline(labels or {}) or "total")
 
     for event in events:
         if event.type != ev.EVIDENCE or not event.data.get("signal"):
@@ -179,9 +114,6 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
     end = finished[-1] if finished else None
     last_at = events[-1].at
 
-    timeline = [{"seq": e.seq, "clock": _clock(e.at), "relative": relative(e.at, origin), "actor": actor(e),
-                 "type": e.type, "step": e.step or "", "what": describe(e)} for e in events]
-
     planned = [e for e in events if e.type == ev.ACTION_PLANNED]
     applied = [e for e in events if e.type == ev.ACTION_APPLIED]
     refused = [e for e in events if e.type == ev.GUARD_REFUSED]
@@ -200,8 +132,8 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
                                                   if plan.data.get("dry_run") else "planned")
         actions.append({
             "step": plan.step, "action": plan.data.get("action"), "target": plan.data.get("target"),
-            "summary": plan.data.get("summary"), "before": _inline(plan.data.get("before")),
-            "after": _inline(plan.data.get("after")), "diff": plan.data.get("diff") or [], "status": status,
+            "summary": plan.data.get("summary"), "before": inline(plan.data.get("before")),
+            "after": inline(plan.data.get("after")), "diff": plan.data.get("diff") or [], "status": status,
             "at": _clock(outcome.at if outcome else plan.at), "relative": relative(outcome.at if outcome else plan.at, origin),
             "confirmed_by": confirmed.data.get("by") if confirmed else None,
             "guards": [g.get("guard") for g in (passed.data.get("guards") if passed else [])],
@@ -211,23 +143,24 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
         })
     refusals = [{"step": e.step, "guard": e.data.get("guard"), "reason": e.data.get("reason"), "at": _clock(e.at)}
                 for e in refused]
-    rollbacks = [{"step": e.step, "target": e.data.get("target"), "restored": _inline(e.data.get("restored")),
+    rollbacks = [{"step": e.step, "target": e.data.get("target"), "restored": inline(e.data.get("restored")),
                   "at": _clock(e.at)} for e in events if e.type == ev.ROLLBACK_APPLIED]
     escalations = [{"step": e.step, "reason": e.data.get("reason"), "at": _clock(e.at)}
                    for e in events if e.type == ev.ESCALATED]
 
-    evidence, appendix = [], []
+    evidence, appendix, numbers = [], [], {}
     for e in events:
         if e.type != ev.EVIDENCE or e.data.get("kind") == "series":
             continue
         text = evidence_text(e.data)
         short, cut = excerpt(text)
-        number = len(evidence) + 1
+        number = numbers[e.seq] = len(evidence) + 1
         evidence.append({"number": number, "step": e.step or "", "title": e.data.get("title"), "kind": e.data.get("kind"),
                          "clock": _clock(e.at), "text": short, "cut": cut})
         if cut:
             appendix.append({"number": number, "title": e.data.get("title"), "text": text})
 
+    timeline = timeline_rows(events, origin, numbers)
     condition = alert_condition.from_events(events)
     milestones, durations, durations_from = milestone_rows.build(events, condition, origin)
     peaks = _peaks(events, origin - dt.timedelta(minutes=10), last_at)
@@ -241,7 +174,7 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
         "date": origin.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"),
         "status": outcome, "reason": end.data.get("reason") if end else "the journal ends without run.finished: the run was interrupted",
         "alert": {"name": alert.data.get("name"), "source": alert.data.get("source"),
-                  "labels": _inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
+                  "labels": inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
                   "summary": (alert.data.get("annotations") or {}).get("summary", "")} if alert else None,
         "summary": _summary(alert, applied, verified, outcome, origin, refusals),
         "peaks": peaks, "timeline": timeline, "milestones": milestones, "durations": durations, "durations_from": durations_from,
