@@ -44,6 +44,7 @@ class ExitCode(enum.IntEnum):
     REFUSED = 4
     FIRING = 10  # triage without --run: a playbook's condition holds
     BLIND = 11  # triage without --run: a metrics source could not be read, and nothing fires
+    NO_SOURCE = 12  # triage without --run: a signal a playbook needs has no source here (no exporter), nothing fires
     INTERRUPTED = 130
 
 

@@ -30,10 +30,12 @@ Ranks the firing ones (severity, then what began first) and offers the top one; 
 
 \b
 Exit codes without --run:
-   0  nothing fires
+   0  every playbook evaluated, nothing fires
   10  something fires
   11  Prometheus could not be read (for some playbook, and nothing fires)
-   3  a playbook is invalid, so it was not evaluated (and nothing fires or is unseen)
+  12  a signal a playbook needs has no source here: no exporter provides it (and
+      nothing fires or is unseen); `runbook signals --check` lists every signal's sources
+   3  a playbook is invalid, so it was not evaluated (and nothing of the above)
 The first line says which, and why.
 With --run: the run's exit code (0 resolved, 1 failed, 4 refused, …).
 """
@@ -217,6 +219,7 @@ def _document(report, views, metrics) -> dict[str, Any]:
         "firing": [f.to_json() for f in report.firing],
         "quiet": [f.to_json() for f in report.findings if f.state in ("quiet", "pending")],
         "unknown": [f.to_json() for f in report.of("unknown")],
+        "no_source": [f.to_json() for f in report.of("no_source")],
         "skipped": [f.to_json() for f in report.of("skipped")],
         "invalid": [i.to_json() for i in report.invalid],
         "views": views,
@@ -268,6 +271,11 @@ def _print_report(report, views, metrics) -> None:
     if unknown:
         out.print("\n[bold yellow]Could not see[/] (never read as quiet)")
         for f in unknown:
+            out.print(f"  {f.playbook}: {f.reason}", markup=False, highlight=False)
+    no_source = report.of("no_source")
+    if no_source:
+        out.print("\n[bold yellow]No source here[/] (never read as quiet)")
+        for f in no_source:
             out.print(f"  {f.playbook}: {f.reason}", markup=False, highlight=False)
     for f in report.of("skipped"):
         out.print(f"[dim]skipped {f.playbook}: {f.reason}[/]", highlight=False)
@@ -323,15 +331,16 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
     """Show the signal catalog in effect: each signal's PromQL, unit and origin.
 
     With --check, query each one and say whether it returns data: a signal a playbook detects
-    with that playbook's labels (as triage asks it), the others scoped by --namespace. Exit
-    codes with --check: 0 every detected signal returns data, 1 one does not, 11 Prometheus
-    could not be read.
+    with that playbook's labels (as triage asks it), the others scoped by --namespace. A signal
+    without data is "no source" when none of its sources has a series here (the exporter that
+    would provide each is named). Exit codes with --check: 0 every detected signal returns data,
+    1 one does not, 11 Prometheus could not be read, 12 a detected signal has no source here.
     """
     from runbook.config import load_config
     from runbook.errors import BackendUnavailable, RunbookError
     from runbook.signals.catalog import build_catalog
-
     from runbook.triage.evaluate import detect_labels
+    from runbook.triage.sources import missing_sources
 
     config = load_config(config_path)
     catalog = build_catalog(config, profile=profile)
@@ -374,13 +383,28 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
                 except RunbookError as exc:
                     row["check"] = {"status": "error", "reason": str(exc)}
                     continue
-                row["check"] = ({"status": "ok", "series": len(samples), "value": samples[0].value} if samples
+                if samples:
+                    row["check"] = {"status": "ok", "series": len(samples), "value": samples[0].value}
+                    continue
+                try:
+                    missing = missing_sources(metrics, row["name"], row["labels_asked"], at)
+                except BackendUnavailable as exc:
+                    unavailable = str(exc)
+                    row["check"] = {"status": "unknown", "reason": unavailable}
+                    continue
+                except RunbookError as exc:
+                    row["check"] = {"status": "no data", "reason": f"its sources could not be checked: {exc}"}
+                    continue
+                row["check"] = ({"status": "no source", "missing_sources": missing} if missing
                                 else {"status": "no data"})
         finally:
             metrics.close()
+        detected = [r["check"]["status"] for r in rows if r["detected_by"]]
         if unavailable:
             code = int(ExitCode.BLIND)
-        elif any(r["detected_by"] and r["check"]["status"] != "ok" for r in rows):
+        elif "no source" in detected:
+            code = int(ExitCode.NO_SOURCE)
+        elif any(status != "ok" for status in detected):
             code = int(ExitCode.FAILED)
     params = {k: {"kind": p.kind, "value": catalog.values.get(k), "help": p.help} for k, p in catalog.params.items()}
     missing = [n for n in used if n not in catalog.signals]
@@ -392,6 +416,8 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
 
 
 def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], check: bool) -> None:
+    from rich.markup import escape
+
     out = _console()
     out.print(f"[bold]Signal profile {catalog.profile}[/]  [dim]params: "
               + ", ".join(f"{k}={v['value']!r}" for k, v in params.items()) + "[/]", highlight=False)
@@ -403,11 +429,20 @@ def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], 
         if row["help"]:
             out.print(f"  {row['help']}", markup=False, highlight=False)
         out.print(f"  {row['promql']}", markup=False, highlight=False)
+        if row["sources"]:
+            out.print("  sources: " + "; ".join(f"{m} (from {who})" for m, who in row["sources"].items()),
+                      markup=False, highlight=False)
         if check:
             c = row["check"]
             style = {"ok": "green", "no data": "yellow"}.get(c["status"], "red")
-            detail = (f"{c['series']} series, {c['value']:.4g}" if c["status"] == "ok" else c.get("reason", ""))
-            out.print(f"  [{style}]{c['status']}[/] {detail}", highlight=False)
+            if c["status"] == "ok":
+                detail = f"{c['series']} series, {c['value']:.4g}"
+            elif c["status"] == "no source":
+                detail = ": no series of " + " or ".join(f"{m} (from {who})" for m, who in c["missing_sources"].items())
+            else:
+                detail = c.get("reason", "")
+            gap = "" if detail.startswith(":") else " "
+            out.print(f"  [{style}]{c['status']}[/]{gap}{escape(detail)}", highlight=False)
     for name in missing:
         out.print(f"[bold red]missing[/] {name}: a playbook detects it but profile {catalog.profile} lacks it")
 

@@ -25,6 +25,7 @@ from runbook.errors import InvalidInput
 from runbook.signals import promql
 
 DEFAULT_PROFILE = "vllm"
+SOURCE_LABEL = "runbook_source"  # carries each present source's metric name in a source query
 RESERVED = ("labels", "by")
 ParamKind = Literal["duration", "matchers", "value", "number"]
 Aggregate = Literal["sum", "max", "min", "avg"]
@@ -55,17 +56,39 @@ class Param(_Strict):
         return self
 
 
+def _check_sources(value: dict[str, str]) -> dict[str, str]:
+    for metric in value:
+        if not promql.SIGNAL_NAME.fullmatch(metric):
+            raise ValueError(f"{metric!r} is not a metric name (letters, digits, '_' and ':')")
+    return value
+
+
 class SignalSpec(_Strict):
     help: str = ""
     unit: str = ""
     aggregate: Aggregate
     expr: str = pydantic.Field(min_length=1)
     labels: dict[str, str] = {}  # playbook label -> the metric's label, e.g. {node: Hostname}
+    # metric -> who exports it: the series whose presence means the signal gives a reading (0 included).
+    # Where none of them has a series, the signal has no source here, and reads nothing (never 0).
+    sources: dict[str, str] = {}
 
     @pydantic.field_validator("labels")
     @classmethod
     def _labels(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_label_map(value)
+
+    @pydantic.field_validator("sources")
+    @classmethod
+    def _sources(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_sources(value)
+
+    @pydantic.model_validator(mode="after")
+    def _sources_are_read(self) -> "SignalSpec":
+        unread = [m for m in self.sources if not promql.reads_metric(self.expr, m)]
+        if unread:
+            raise ValueError(f"source(s) {', '.join(unread)} do not appear in the expression")
+        return self
 
 
 class Profile(_Strict):
@@ -101,6 +124,7 @@ class SignalOverride(_Strict):
     aggregate: Aggregate | None = None
     expr: str | None = pydantic.Field(None, min_length=1)
     labels: dict[str, str] | None = None
+    sources: dict[str, str] | None = None  # default: the profile's sources that the expression still reads
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -112,6 +136,11 @@ class SignalOverride(_Strict):
     @classmethod
     def _labels(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         return None if value is None else _check_label_map(value)
+
+    @pydantic.field_validator("sources")
+    @classmethod
+    def _sources(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        return None if value is None else _check_sources(value)
 
 
 class SignalsSection(_Strict):
@@ -162,10 +191,12 @@ class Signal:
     expr: str
     labels: Mapping[str, str]
     origin: str  # "profile vllm", "config file"
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # metric -> who exports it
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "help": self.help, "unit": self.unit, "aggregate": self.aggregate,
-                "expr": self.expr, "labels": dict(self.labels), "origin": self.origin}
+                "expr": self.expr, "labels": dict(self.labels), "origin": self.origin,
+                "sources": dict(self.sources)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,6 +252,21 @@ class Catalog:
             return promql.tidy(f"{signal.aggregate}({inner})")
         return promql.tidy(f"{signal.aggregate} by ({', '.join(by)}) ({inner})")
 
+    def source_query(self, name: str, labels: Mapping[str, object] = {}) -> str | None:
+        """PromQL naming, in the label `runbook_source`, each source metric of `name` that has a series
+        with these labels; None when the signal declares no sources."""
+        signal = self.get(name)
+        if not signal.sources:
+            return None
+        try:
+            checked = {signal.labels.get(k, k): promql.check_label_value(k, v)
+                       for k, v in labels.items() if promql.check_label_name(k)}
+        except ValueError as exc:
+            raise InvalidInput(f"signal {name}: {exc}") from None
+        selector = f'{{__name__=~"{"|".join(sorted(signal.sources))}",{promql.matchers(checked)}}}'
+        return promql.tidy(f'count by ({SOURCE_LABEL}) (label_replace({selector}, "{SOURCE_LABEL}", "$1", '
+                           f'"__name__", "(.+)"))')
+
 
 # -- loading --------------------------------------------------------------------------------
 
@@ -270,6 +316,10 @@ def _label(path: Path) -> str:
         return f"<bundled>/signals/{path.resolve().relative_to(bundled.resolve())}"
     except ValueError:
         return str(path)
+
+
+def _messages(exc: pydantic.ValidationError) -> str:
+    return "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in exc.errors())
 
 
 def _raise(what: str, problems: Sequence[Any]) -> None:
@@ -344,6 +394,14 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
         if key in specs:
             base, _, _ = specs[key]
             merged = base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+            if override.sources is None:  # a new expression keeps only the sources it still reads
+                merged = merged.model_copy(update={"sources": {m: who for m, who in base.sources.items()
+                                                               if promql.reads_metric(merged.expr, m)}})
+            try:
+                merged = SignalSpec.model_validate(merged.model_dump())
+            except pydantic.ValidationError as exc:
+                report(config_source, ("overrides", key), _messages(exc))
+                continue
         elif override.expr is None or override.aggregate is None:
             close = suggest(key, specs)
             report(config_source, ("overrides", key),
@@ -351,7 +409,11 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
                    f"did you mean `{close}`?" if close else "", at_key=True)
             continue
         else:
-            merged = SignalSpec(**{k: v for k, v in override.model_dump().items() if v is not None})
+            try:
+                merged = SignalSpec(**{k: v for k, v in override.model_dump().items() if v is not None})
+            except pydantic.ValidationError as exc:
+                report(config_source, ("overrides", key), _messages(exc))
+                continue
         specs[key] = (merged, "config file", config_source)
     for key, (spec, _, source) in specs.items():
         for placeholder in promql.placeholders(spec.expr):
@@ -361,6 +423,6 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
                        did_you_mean(placeholder, [*params, *RESERVED]))
     if problems:
         _raise("the signal catalog is invalid", problems)
-    signals = {k: Signal(k, s.help, s.unit, s.aggregate, s.expr, dict(s.labels), origin)
+    signals = {k: Signal(k, s.help, s.unit, s.aggregate, s.expr, dict(s.labels), origin, dict(s.sources))
                for k, (s, origin, _) in sorted(specs.items())}
     return Catalog(name, dict(params), values, signals)

@@ -79,6 +79,11 @@ def grouping(names: Iterable[str]) -> str:
     return "".join(f"{check_label_name(n)}," for n in names)
 
 
+def reads_metric(expr: str, metric: str) -> bool:
+    """Whether `expr` names the metric `metric` (as a whole name, not a prefix of another)."""
+    return re.search(rf"(?<![A-Za-z0-9_:]){re.escape(metric)}(?![A-Za-z0-9_:])", expr) is not None
+
+
 def placeholders(template: str) -> list[str]:
     return list(dict.fromkeys(PLACEHOLDER.findall(template)))
 

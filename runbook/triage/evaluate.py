@@ -1,7 +1,9 @@
 """Triage: every playbook's `detect` against the metrics, at one instant, ranked.
 
 A condition fires when it holds now and has held, without a gap, for its `for:` window; it is
-pending when it holds for less. A signal that cannot be read is `unknown`, never quiet. Once
+pending when it holds for less. A signal that cannot be read is `unknown`, one none of whose
+sources has a series here is `no_source` (naming the exporter that would provide it); neither is
+ever quiet. Once
 the metrics backend is unreachable, the remaining playbooks are not asked again: each would
 only wait for the same timeout. The first is asked alone, to find that out; the rest at once.
 """
@@ -19,6 +21,7 @@ from runbook.backends.base import Metrics, Series
 from runbook import templating
 from runbook.errors import BackendUnavailable, ExitCode, RunbookError
 from runbook.model.playbook import Detect, Playbook
+from runbook.triage.sources import missing_sources, no_source_reason
 
 LOOKBACK = 3600.0  # how far back "since" is traced; also the "an hour ago" of the trend
 STEP = 15.0  # resolution of "since": a typical scrape interval
@@ -31,7 +34,7 @@ class Finding:
     playbook: str
     title: str
     severity: str
-    state: str  # firing | pending | quiet | unknown | skipped
+    state: str  # firing | pending | quiet | unknown | no_source | skipped
     signal: str | None = None
     condition: str = ""
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -41,8 +44,9 @@ class Finding:
     for_seconds: float = 0.0
     strength: float = 0.0  # how far past the threshold, relative to it
     held_seconds: float | None = None
-    reason: str = ""  # why unknown or skipped
+    reason: str = ""  # why unknown, no_source or skipped
     hour_ago: float | None = None  # the value one look-back earlier, for "sudden or gradual"
+    missing_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # no_source: metric -> exporter
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"playbook": self.playbook, "title": self.title, "severity": self.severity,
@@ -57,6 +61,8 @@ class Finding:
                        for_seconds=self.for_seconds, strength=round(self.strength, 4))
         if self.reason:
             out["reason"] = self.reason
+        if self.state == "no_source":
+            out["missing_sources"] = dict(self.missing_sources)
         return out
 
 
@@ -95,11 +101,14 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """What fires first; then what could not be seen; then what was not evaluated; 0 only if all is quiet."""
+        """What fires first; then what could not be seen; then what has no source; then what was not
+        evaluated; 0 only if all is quiet."""
         if self.firing:
             return int(ExitCode.FIRING)
         if self.of("unknown"):
             return int(ExitCode.BLIND)
+        if self.of("no_source"):
+            return int(ExitCode.NO_SOURCE)
         if self.invalid:
             return int(ExitCode.INVALID)
         return int(ExitCode.OK)
@@ -152,9 +161,18 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
     hour_ago = values.get(at - dt.timedelta(seconds=lookback))
     if now is None:
         where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"
-        return Finding(**common, state="unknown",
-                       reason=f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned "
-                              f"nothing; see `runbook signals --check`")
+        reason = (f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned nothing; "
+                  f"see `runbook signals --check`")
+        try:
+            missing = missing_sources(metrics, detect.signal, labels, at)
+        except BackendUnavailable:
+            raise
+        except RunbookError as exc:
+            return Finding(**common, state="unknown", reason=f"{reason} (its sources could not be checked: {exc})")
+        if missing:
+            return Finding(**common, state="no_source", missing_sources=missing,
+                           reason=no_source_reason(detect.signal, labels, missing))
+        return Finding(**common, state="unknown", reason=reason)
     if not detect.holds(now):
         return Finding(**common, state="quiet", value=now, hour_ago=hour_ago)
     since, held_all = grid[0], True

@@ -1,5 +1,5 @@
-"""Triage's verdict in one line, said first: what fires, what could not be seen, what was not
-evaluated — "All clear" only when every playbook was evaluated and found quiet.
+"""Triage's verdict in one line, said first: what fires, what could not be seen, what has no
+source here, what was not evaluated — "All clear" only when every playbook was evaluated and found quiet.
 """
 
 from __future__ import annotations
@@ -23,6 +23,11 @@ def headline(report: Report) -> str:
     if unknown:
         why = "Prometheus could not be read" if report.unavailable else "Prometheus gave no reading"
         concerns.append(f"{_playbooks(len(unknown))} could not be seen ({why})")
+    no_source = report.of("no_source")
+    if no_source:
+        verb = "needs" if len(no_source) == 1 else "need"
+        signals = sorted({f.signal or "" for f in no_source})
+        concerns.append(f"{_playbooks(len(no_source))} {verb} a signal with no source here ({_names(signals)})")
     if report.invalid:
         concerns.append(f"{_playbooks(len(report.invalid))} not evaluated (invalid: "
                         f"{_names([i.file for i in report.invalid])})")

@@ -98,6 +98,22 @@ def _kube(namespace: str, pods: Iterable[str], ready: Points, restarts: dict[str
     return out
 
 
+def _log_pipeline(namespace: str, pods: Iterable[str]) -> list[Line]:
+    """The log pipeline's counter of vLLM error lines (promtail): the connection resets it counts all
+    the time (the SOP's > 10/min line) show it is there, so no CUDA OOM line counted means none logged."""
+    return [Line("vllm_log_errors_total", {"namespace": namespace, "pod": pod, "container": "vllm",
+                                           "error": "connection_reset", "job": "promtail"}, "counter",
+                 [(-2 * DAY, 0.5)], start=310) for pod in pods]
+
+
+def _instrumentator(pod: str, ok_per_min: float, errors: Points, namespace: str = "llm") -> list[Line]:
+    """vLLM's own HTTP metrics (prometheus-fastapi-instrumentator groups statuses: 2xx, 5xx)."""
+    labels = {**_vllm(pod, namespace), "handler": "/v1/chat/completions", "method": "POST"}
+    labels.pop("model_name"), labels.pop("engine")
+    return [Line("http_requests_total", {**labels, "status": "2xx"}, "counter", [(-2 * DAY, ok_per_min)], start=9.1e5),
+            Line("http_requests_total", {**labels, "status": "5xx"}, "counter", errors, start=3)]
+
+
 def _gateway(namespace: str, ok_per_min: float, errors: Points) -> list[Line]:
     labels = {"namespace": namespace, "ingress": "vllm", "service": "vllm-server", "method": "POST",
               "controller_pod": "ingress-nginx-controller-7d9f8b-x2k4p", "job": "ingress-nginx"}
@@ -142,6 +158,7 @@ def _oom_surge() -> Scenario:
     lines += _kube("llm", [p for p, _, _ in pods], [(-2 * DAY, 3)], restarts={"vllm-server-2": [(-2 * DAY, 0), (-180, 1)]},
                    terminated={"vllm-server-2": "Error"})
     lines += _gateway("llm", 620, [(-2 * DAY, None)])
+    lines += _log_pipeline("llm", [p for p, _, _ in pods])
     lines += _gpu("gpu-node-2", "0", [(-2 * DAY, 0.00004)], [(-2 * DAY, 0)])
     # The same incident as the article's exporter names it, in a second team's namespace.
     for pod, _, _ in pods[:2]:
@@ -176,6 +193,7 @@ def _waiting_queue() -> Scenario:
         lines += _gpu(node, gpu, [(-2 * DAY, 0.84)], [(-2 * DAY, 91)])
     lines += _kube("llm", [p for p, _, _ in pods], [(-2 * DAY, 4), (-340, 3)])
     lines += _gateway("llm", 900, [(-2 * DAY, 0), (-290, 4), (-120, 7)])
+    lines += _log_pipeline("llm", [p for p, _, _ in pods])
     return Scenario("waiting-queue", _utc(2026, 3, 17, 9, 40), frozenset({"waiting-queue", "zombie-process"}),
                     pods, tuple(lines))
 
@@ -193,6 +211,7 @@ def _zombie_process() -> Scenario:
         lines += _gpu(node, gpu, [(-2 * DAY, 0.84)], [(-2 * DAY, 64)] + ([(-410, 0)] if hung else []))
     lines += _kube("llm", [p for p, _, _ in pods], [(-2 * DAY, 3)])
     lines += _gateway("llm", 700, [(-2 * DAY, 0), (-405, 8), (-300, 14), (-120, 16), (0, 17)])
+    lines += _log_pipeline("llm", [p for p, _, _ in pods])
     return Scenario("zombie-process", _utc(2026, 3, 20, 14, 5), frozenset({"zombie-process"}), pods, tuple(lines))
 
 
@@ -209,12 +228,30 @@ def _lingering_cuda_context() -> Scenario:
     lines += _gpu("gpu-node-3", "1", [(-2 * DAY, 0.002)], [(-2 * DAY, 0)])
     lines += _kube("llm", [p for p, _, _ in pods], [(-2 * DAY, 2)])
     lines += _gateway("llm", 500, [(-2 * DAY, None)])
+    lines += _log_pipeline("llm", [p for p, _, _ in pods])
     return Scenario("lingering-cuda-context", _utc(2026, 3, 23, 20, 30), frozenset({"lingering-cuda-context"}),
                     pods, tuple(lines))
 
 
+def _stock_vllm() -> Scenario:
+    """A plain vLLM deployment: vLLM's own metrics and nothing else — no DCGM exporter, no ingress-nginx,
+    no kube-state-metrics, no log pipeline. Quiet until 8 minutes before `at`, when vllm-server-1 starts
+    answering 12 errors (5xx) a minute: only vLLM's own HTTP metrics can tell."""
+    pods = (("vllm-server-0", "", ""), ("vllm-server-1", "", ""))
+    lines: list[Line] = []
+    for pod, _, _ in pods:
+        lines += _pod_lines(pod, waiting=[(-2 * DAY, 2)], running=[(-2 * DAY, 30)], kv=[(-2 * DAY, 0.6)],
+                            tokens=[(-2 * DAY, 1500)], ttft=[(-2 * DAY, 0.3)], decode=[(-2 * DAY, 2.7)],
+                            aborted=[(-2 * DAY, 0.1)])
+        errors = [(-2 * DAY, None), (-480, 12)] if pod == "vllm-server-1" else [(-2 * DAY, None)]
+        lines += _instrumentator(pod, 300, errors)
+    return Scenario("stock-vllm", _utc(2026, 3, 26, 11, 0), frozenset({"zombie-process"}), pods, tuple(lines))
+
+
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_oom_surge(), _waiting_queue(), _zombie_process(),
                                                       _lingering_cuda_context())}
+# Not an SOP incident (no playbook comes out on top for its own name): what a plain vLLM exports.
+STOCK_VLLM = _stock_vllm()
 # Enough history for triage's one-hour look-back and the 5-minute latency windows an hour ago,
 # and for the same time yesterday.
 WINDOWS = ((-65 * 60, 2 * 60), (-DAY - 70 * 60, -DAY + 60))
@@ -271,7 +308,7 @@ def _format_labels(labels: dict[str, str]) -> str:
     return ",".join(f'{k}="{v}"' for k, v in labels.items())
 
 
-def openmetrics(scenarios: Iterable[Scenario] = SCENARIOS.values()) -> str:
+def openmetrics(scenarios: Iterable[Scenario] = (*SCENARIOS.values(), STOCK_VLLM)) -> str:
     """All scenarios as one OpenMetrics document for `promtool tsdb create-blocks-from openmetrics`."""
     families: dict[str, list[str]] = {}
     for scenario in scenarios:

@@ -205,8 +205,8 @@ def test_run_runs_the_chosen_playbook_guarded_and_journaled(prometheus, monkeypa
     assert [s["id"] for s in run["steps"]][:2] == ["waiting-by-pod", "queue-trend"]
     assert fake.mutations == []  # a dry run applies nothing
     assert result.exit_code == {"resolved": 0, "dry_run": 0}.get(run["outcome"], result.exit_code)
-    # Now is not in the scenario data: triage could not see, and it says so beside the run.
-    assert doc["triage"]["exit_code"] == 11
+    # Now is not in the scenario data: no series at all, so no signal has a source; said beside the run.
+    assert doc["triage"]["exit_code"] == 12
 
 
 def test_run_without_anything_firing_runs_nothing(prometheus, monkeypatch):
@@ -229,7 +229,7 @@ def test_signals_lists_the_catalog_and_checks_it(prometheus):
                                         "--at", SCENARIOS["oom-surge"].at.isoformat(), "--output", "json"])
     rows = {r["name"]: r for r in json.loads(checked.stdout)["signals"]}
     assert rows["waiting_requests"]["check"] == {"status": "ok", "series": 1, "value": 41.0}
-    assert rows["prefix_cache_hit_rate"]["check"]["status"] == "no data"  # this cluster exports none
+    assert rows["prefix_cache_hit_rate"]["check"]["status"] == "no source"  # this cluster exports none
     # A detected signal is asked as its playbook asks it: GPU memory by node, not by namespace.
     assert rows["gpu_memory_used_ratio"]["labels_asked"] == {"node": "gpu-node-2"}
     assert rows["gpu_memory_used_ratio"]["check"]["status"] == "ok"
