@@ -24,6 +24,7 @@
     │   └── ClaimedElsewhere        another replica is taking this delivery right now (503, retry soon)
     ├── Rejected                    an HTTP request refused before its body is used (401, 404, 413, 415)
     ├── JournalError                the journal could not be written (exit 1)
+    ├── NotConfigured               a backend the command needs is not configured (exit 2)
     └── UnsafeStateDir              a state directory others could steer (exit 2)
 
 The CLI maps these to exit codes at the edge; the engine turns them into step outcomes. The few
@@ -121,6 +122,12 @@ class Rejected(RunbookError):
 
 class JournalError(RunbookError):
     pass
+
+
+class NotConfigured(RunbookError):
+    """Prometheus, a cluster or the SSH nodes a command needs are not configured: nothing was started."""
+
+    exit_code = ExitCode.USAGE
 
 
 class UnsafeStateDir(RunbookError):

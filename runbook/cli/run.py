@@ -100,7 +100,9 @@ def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_p
         prometheus_url: str | None, kubeconfig: str | None, kube_context: str | None, in_cluster: bool,
         namespace: str | None, yes: bool, dry_run: bool, operator_name: str | None, output: str) -> None:
     """Run PLAYBOOK (a name from `runbook list`, or a file) against the real cluster."""
+    from runbook.actions import load_builtin
     from runbook.cli.connect import Connection, close_world, real_world
+    from runbook.cli.preflight import check_run
     from runbook.cli.running import result_document, run_playbook
     from runbook.config import load_config
     from runbook.engine.namespaces import check_run_namespace
@@ -112,6 +114,7 @@ def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_p
     check_run_namespace(book.params, values, config.namespaces(), sources=sources)  # before any backend
     world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
     try:
+        check_run(book, world, load_builtin())  # what is missing: said before an incident is opened
         result, journal = run_playbook(book, world, alert=alert, params=values, yes=yes, dry_run=dry_run,
                                        operator_name=operator_name, live=output == "text",
                                        namespaces=config.namespaces())

@@ -88,7 +88,9 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
     """
     import uvicorn
 
+    from runbook.actions import load_builtin
     from runbook.cli.connect import Connection, close_world, real_world
+    from runbook.cli.preflight import check_serve
     from runbook.cli.state import state_directory
     from runbook.config import load_config
     from runbook.webhook.app import create_app
@@ -109,6 +111,7 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
     world = real_world(config, Connection(prometheus_url, kubeconfig, kube_context, in_cluster, server_mode=True))
     try:
         shared = make_coordination(coordination, world.cluster, namespace=coordination_namespace, replica=replica_id)
+        check_serve(books, world, load_builtin())  # refused before it listens: never a 202 for what cannot run
         service = Service(config=webhook, secrets=secrets, state=state, world=world, playbooks=books,
                           coordination=shared, namespaces=config.namespaces())
         click.echo(f"runbook serve: {len(books)} playbook(s), state {state}, "
