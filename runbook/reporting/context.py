@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 from runbook import redaction
 from runbook.model import events as ev
 from runbook.model.duration import format_duration
-from runbook.reporting import condition as alert_condition, milestones as milestone_rows
+from runbook.reporting import condition as alert_condition, impact, milestones as milestone_rows
 from runbook.reporting.timeline import rows as timeline_rows
 from runbook.reporting.times import clock as _clock, relative
 from runbook.reporting.words import inline
@@ -28,7 +29,7 @@ def evidence_text(data: dict[str, Any]) -> str:
     """The full text of one piece of evidence, as a human would want to read it."""
     kind = data.get("kind")
     if kind == "command":
-        text = str(data.get("stdout") or "")
+        text = re.sub(r"\A(?:[ \t]*\n)+", "", str(data.get("stdout") or ""))  # blank lines before the output
         if data.get("stderr"):
             text += ("\n" if text else "") + "[stderr]\n" + str(data["stderr"])
         return text.rstrip() or f"(no output, exit code {data.get('exit_code')})"
@@ -41,8 +42,7 @@ def evidence_text(data: dict[str, Any]) -> str:
             return "no data"
         return "\n".join(f"{inline(r.get('labels')) or '(total)'}: {r.get('value'):g}" for r in rows)
     if kind == "samples" and "readings" in data:
-        return "\n".join(f"{r[0]}  {r[1] if r[1] is not None else 'no reading'}  {'holds' if r[2] else 'does not hold'}"
-                         for r in data.get("readings") or [])
+        return _stretches(data.get("readings") or [])
     if kind == "comparison":
         return (f"now: {data.get('now')}\n{format_duration(data.get('window') or 0)} ago: {data.get('previous')}\n"
                 f"same time yesterday: {data.get('yesterday')}\nshape: {data.get('shape')}")
@@ -73,32 +73,23 @@ def excerpt(text: str) -> tuple[str, bool]:
     return short, short != text
 
 
-def _peaks(events: Sequence[ev.Event], start: dt.datetime, end: dt.datetime) -> list[dict[str, Any]]:
-    """The highest value of each signal the run read, from its history and from its instant queries."""
-    best: dict[str, tuple[float, str, str]] = {}
-
-    def offer(signal: str, value: Any, at: dt.datetime, labels: Any) -> None:
-        if value is None or at < start or at > end:
-            return
-        if signal not in best or float(value) > best[signal][0]:
-            best[signal] = (float(value), _clock(at), inline(labels or {}) or "total")
-
-    for event in events:
-        if event.type != ev.EVIDENCE or not event.data.get("signal"):
-            continue
-        signal = str(event.data["signal"])
-        if event.data.get("kind") == "series":
-            for series in event.data.get("series") or []:
-                for at_text, value in series.get("points") or []:
-                    offer(signal, value, ev.parse_iso(at_text) if isinstance(at_text, str) else at_text,
-                          series.get("labels"))
-        elif event.data.get("kind") == "samples" and event.data.get("samples"):
-            at_text = event.data.get("at")
-            at = ev.parse_iso(at_text) if isinstance(at_text, str) else event.at
-            for row in event.data["samples"]:
-                offer(signal, row.get("value"), at, row.get("labels"))
-    return [{"signal": signal, "value": f"{value:g}", "at": at, "where": where}
-            for signal, (value, at, where) in sorted(best.items())]
+def _stretches(readings: Sequence[Sequence[Any]]) -> str:
+    """A verification's readings as stretches of one value: `03:12:07–03:12:52  6  does not hold (4 readings)`."""
+    runs: list[list[Any]] = []  # [first, last, value, holds, count]
+    for at, value, holds in (r[:3] for r in readings if len(r) >= 3):
+        if runs and runs[-1][2] == value and runs[-1][3] == bool(holds):
+            runs[-1][1], runs[-1][4] = at, runs[-1][4] + 1
+        else:
+            runs.append([at, at, value, bool(holds), 1])
+    lines = []
+    for first, last, value, holds, count in runs:
+        when = _clock(ev.parse_iso(first)) if isinstance(first, str) else str(first)
+        if count > 1:
+            when += "–" + (_clock(ev.parse_iso(last)) if isinstance(last, str) else str(last))
+        shown = "no reading" if value is None else f"{value:g}" if isinstance(value, (int, float)) else str(value)
+        lines.append(f"{when}  {shown}  {'holds' if holds else 'does not hold'} "
+                     f"({count} reading{'s' if count != 1 else ''})")
+    return "\n".join(lines)
 
 
 def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
@@ -163,8 +154,11 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
     timeline = timeline_rows(events, origin, numbers)
     condition = alert_condition.from_events(events)
     milestones, durations, durations_from = milestone_rows.build(events, condition, origin)
-    peaks = _peaks(events, origin - dt.timedelta(minutes=10), last_at)
-    measured = _measured(applied, verified, peaks)
+    moments = {m["name"]: m["at"] for m in milestones}
+    headline = impact.headline(events, condition, moments["onset"], moments["mitigated"], last_at)
+    peaks = impact.peaks(events, min(moments["onset"] or origin, origin) - dt.timedelta(minutes=10), last_at,
+                         leave_out=headline["signal"] if headline else None)
+    measured = _measured(applied, verified)
     improvements = {h: list((run.get("improvements") or {}).get(h) or []) for h in ("short", "mid", "long")}
     improvements["short"] = _prefilled(applied) + improvements["short"]
     outcome = end.data.get("outcome") if end else "unfinished"
@@ -177,7 +171,7 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
                   "labels": inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
                   "summary": (alert.data.get("annotations") or {}).get("summary", "")} if alert else None,
         "summary": _summary(alert, applied, verified, outcome, origin, refusals),
-        "peaks": peaks, "timeline": timeline, "milestones": milestones, "durations": durations, "durations_from": durations_from,
+        "impact": headline, "peaks": peaks, "timeline": timeline, "milestones": milestones, "durations": durations, "durations_from": durations_from,
         "actions": actions, "refusals": refusals, "rollbacks": rollbacks, "escalations": escalations,
         "evidence": evidence, "appendix": appendix, "root_cause_hints": list(run.get("root_cause_hints") or []),
         "measured": measured, "improvements": improvements,
@@ -206,12 +200,13 @@ def _summary(alert: ev.Event | None, applied: list[ev.Event], verified: list[ev.
     return " ".join(parts)
 
 
-def _measured(applied: list[ev.Event], verified: list[ev.Event], peaks: list[dict[str, Any]]) -> list[str]:
-    lines = [f"{p['signal']} peaked at {p['value']} ({p['where']}) at {p['at']} UTC" for p in peaks]
+def _measured(applied: list[ev.Event], verified: list[ev.Event]) -> list[str]:
+    """What the run changed and what it then saw (the peaks are the impact's, told there)."""
+    lines = []
     last_change = applied[-1].at if applied else None
     for e in applied:
         before, after = e.data.get("before") or {}, e.data.get("after") or {}
-        changed = [f"`{k}` {before[k]} → {after[k]}" for k in after if k in before and before[k] != after[k]]
+        changed = [f"`{k}` {inline(before[k])} → {inline(after[k])}" for k in after if k in before and before[k] != after[k]]
         lines.append(f"{e.data.get('action')} on {e.data.get('target')}: " + (", ".join(changed) or e.data.get("summary", "")))
     for e in verified:
         held_since = e.data.get("held_since")
