@@ -1,7 +1,8 @@
 """Who confirms a planned change: the terminal's human, `--yes`, or a policy that says no.
 
 The engine asks an `Operator`; it never reads a terminal itself. Without a terminal and
-without `--yes`, the answer is a refusal, never a prompt left hanging.
+without `--yes`, the answer is a refusal, never a prompt left hanging. A human may also skip
+one change (`skip`): the step is journaled skipped and the run goes on.
 """
 
 from __future__ import annotations
@@ -25,6 +26,11 @@ class Confirmation:
     approved: bool
     by: str
     reason: str = ""
+    skip: bool = False  # not approved, and only this step is left out: the run goes on
+
+
+def skipped(by: str, reason: str) -> Confirmation:
+    return Confirmation(False, by, reason, skip=True)
 
 
 class Operator(Protocol):
@@ -52,9 +58,9 @@ class NoTerminal:
 
 
 class Scripted:
-    """Answers from a list, for tests: True approves, False declines."""
+    """Answers from a list, for tests: True approves, False declines (the run stops), "skip" skips the step."""
 
-    def __init__(self, answers: list[bool], by: str = "tester"):
+    def __init__(self, answers: list[bool | str], by: str = "tester"):
         self.answers, self.by = list(answers), by
         self.asked: list[ConfirmRequest] = []
 
@@ -62,5 +68,9 @@ class Scripted:
         self.asked.append(request)
         if not self.answers:
             raise AssertionError(f"unexpected confirmation asked for {request.step}")
-        approved = self.answers.pop(0)
-        return Confirmation(approved, self.by, "" if approved else "declined by the operator")
+        answer = self.answers.pop(0)
+        if answer == "skip":
+            return skipped(self.by, "skipped by the operator")
+        if not isinstance(answer, bool):
+            raise AssertionError(f"a scripted answer is True, False or 'skip', not {answer!r}")
+        return Confirmation(answer, self.by, "" if answer else "declined by the operator")

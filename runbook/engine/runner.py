@@ -187,6 +187,11 @@ class Engine:
             rendered_params = {**templating.render_value(defaults, base), **given}
         except InvalidInput as exc:
             return "failed", f"params: {exc}"
+        unset = [k for k, v in rendered_params.items() if v is None]  # `node: null`: no default, must be given
+        if unset:
+            return "failed", "params: " + "; ".join(
+                f"{k} has no value, and playbook {playbook.name} gives it no default: pass -p {k}=…, or start it "
+                f"from an alert that carries the label {playbook.match.labels.get(k, k)}" for k in unset)
         context: dict[str, Any] = {**base, "params": rendered_params, "steps": {}}
         detect = playbook.detect
         if detect is not None:
@@ -543,6 +548,12 @@ class Engine:
                                    "reversible": plan.rollback is not None, "dry_run": self.dry_run,
                                    "by": answer.by, "reason": answer.reason})
                 return self._end(step, kind, "proposed", f"proposed: {plan.summary} ({answer.reason})", view(plan), now)
+            if answer.skip:
+                # Only this change is left out, by the human's choice: skipped, not refused; the run goes on.
+                self._record(ev.ACTION_SKIPPED, self.clock.now(), step=step.id,
+                             data={"reason": f"skipped by {answer.by} at the prompt", "target": plan.target})
+                return self._end(step, kind, "skipped",
+                                 f"skipped by {answer.by} at the prompt: {plan.summary} was not applied", view(plan), now)
             if not answer.approved:
                 return refuse("confirm", f"{answer.reason} (asked {answer.by})", plan)
             by, confirmed_diff = answer.by, diff
