@@ -1,5 +1,6 @@
 """Change one flag's value on one container's command line: the pure logic behind `k8s.set_arg`.
-Handles `--flag=v`, `--flag v` and flags inside `sh -c` scripts, and refuses rather than guess."""
+Handles `--flag=v`, `--flag v`, flags inside `sh -c` scripts and in an env var's value (KServe's
+`VLLM_ADDITIONAL_ARGS`), and refuses rather than guess — a value computed elsewhere included."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import dataclasses
 import math
 import re
 import shlex
+from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
+from runbook.backends.base import EnvVar
 from runbook.errors import InvalidInput
 
 __all__ = ["FlagChange", "FlagError", "canonical_flag", "clamp_value", "find_flag", "plan_flag_change"]
@@ -27,8 +30,9 @@ class FlagChange:
     args: tuple[str, ...]  # the new args
     before: str  # the flag's current value as written
     after: str  # the new value as written
-    location: str  # "args" | "command" | "args:shell" | "command:shell"
+    location: str  # "args" | "command" | "args:shell" | "command:shell" | "env:NAME"
     spelling: str | None = None  # the flag as the workload writes it (`--max_model_len`), when not as named
+    env: tuple[tuple[str, str], ...] = ()  # (name, new value) of the env var the flag lives in, if it does
 
 
 # --- numbers ---------------------------------------------------------------------------------
@@ -155,6 +159,8 @@ class _Occurrence:
     prefix: str = ""  # text kept before the value in that element: "--flag=" for the `=` form
     word: int = -1  # shell: index of the value's word in the lexed script
     spelling: str = ""  # the flag as written there
+    env: str = ""  # the env var whose value holds the flag
+    span: tuple[int, int] = (0, 0)  # env: where the value sits in the env var's value
 
 
 def canonical_flag(flag: str) -> str:
@@ -217,10 +223,12 @@ def _shell_script_index(argv: Sequence[str]) -> int | None:
 class _Scan:
     """Every occurrence of the flag in command+args, plus anything we saw but could not parse."""
 
-    def __init__(self, command: tuple[str, ...], args: tuple[str, ...], flag: str, container: str | None):
+    def __init__(self, command: tuple[str, ...], args: tuple[str, ...], flag: str, container: str | None,
+                 env: tuple[EnvVar, ...] = ()):
         self.command, self.args, self.flag = command, args, flag
         self.argv = command + args
         self.container = container
+        self.env = env
         self.found: list[_Occurrence] = []
         self.unparsed: list[str] = []  # "where" of mentions that are not a standalone flag
         self._mention = _mention(flag)
@@ -233,6 +241,7 @@ class _Scan:
             self._scan_script(script)
             # Words after the script become $0, $1, ... and may reach the program via "$@".
             self._scan_argv(range(script + 1, len(self.argv)))
+        self._scan_env()
 
     def place(self, index: int) -> tuple[str, int]:
         n = len(self.command)
@@ -294,6 +303,50 @@ class _Scan:
             if len(self._mention.findall(word.raw)) > recognised:
                 self.unparsed.append(where)
 
+    def _scan_env(self) -> None:
+        """Env vars whose value holds the flag, read as `$VAR` unquoted in a shell reads them (KServe's
+        `vllm serve … $VLLM_ADDITIONAL_ARGS`): split at blanks, quotes kept."""
+        defined = Counter(var.name for var in self.env)
+        for var in self.env:
+            if var.value is None or not self._mention.search(var.value):
+                continue
+            where, location = f"env {var.name}", f"env:{var.name}"
+            if defined[var.name] > 1:
+                raise FlagError(f"{self.flag} is in {self.describe(where)}, and {var.name} is defined "
+                                f"{defined[var.name]} times in the env; ambiguous, refusing")
+            words = [(m.start(), m.end(), m.group()) for m in _ENV_WORD.finditer(var.value)]
+            found = []
+            for k, (start, end, word) in enumerate(words):
+                written = self._written.fullmatch(word)
+                if written is None:
+                    continue
+                if written[2] is not None:
+                    found.append(_Occurrence(where, location, written[2] or None, -1, prefix=written[1] + "=",
+                                             spelling=written[1], env=var.name, span=(start + len(written[1]) + 1, end)))
+                elif k + 1 < len(words) and _is_value(words[k + 1][2]):
+                    found.append(_Occurrence(where, location, words[k + 1][2], -1, spelling=written[1], env=var.name,
+                                             span=words[k + 1][:2]))
+                else:
+                    found.append(_Occurrence(where, location, None, -1, spelling=written[1], env=var.name))
+            if len(self._mention.findall(var.value)) > len(found):
+                self.unparsed.append(where)
+                continue
+            if _shell_reading(var.value, self._written) != [(o.spelling, o.value) for o in found]:
+                # Read by `eval` or a shell-like splitter, quotes would group words differently.
+                raise FlagError(f"{self.flag} in {self.describe(where)} is quoted or escaped, so the value "
+                                "the program gets depends on how that env var is split (as $VAR, or by eval); "
+                                "runbook cannot tell which, refusing")
+            self.found.extend(found)
+
+    def env_source(self, name: str) -> str:
+        """Where the env var `name` gets its value, for messages; never the value itself."""
+        var = next((v for v in reversed(self.env) if v.name == name), None)
+        if var is None:
+            return (f"{name} is not in the container's env (the image, an envFrom or the script itself sets it)")
+        if var.value is None:
+            return f"{name} comes from {var.source or 'a valueFrom'}"
+        return f"{name} is set in the env of {f'container {self.container!r}' if self.container else 'the container'}"
+
     def single(self) -> _Occurrence | None:
         flag = self.flag
         if self.unparsed:
@@ -322,20 +375,67 @@ def _strings(what: str, items: Sequence[str]) -> tuple[str, ...]:
     return out
 
 
-def _scan(command: Sequence[str], args: Sequence[str], flag: str, container: str | None) -> _Scan:
+# An env var's value as an unquoted `$VAR` expansion splits it: at blanks (the default IFS).
+_ENV_WORD = re.compile(r"[^ \t\n]+")
+
+
+def _shell_reading(value: str, written: re.Pattern[str]) -> list[tuple[str, str | None]] | None:
+    """(spelling, value) of each occurrence when the shell's quoting rules split `value`, or None."""
+    lexer = shlex.shlex(value, posix=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    try:
+        words = list(lexer)
+    except ValueError:
+        return None
+    out: list[tuple[str, str | None]] = []
+    for k, word in enumerate(words):
+        m = written.fullmatch(word)
+        if m is not None and m[2] is not None:
+            out.append((m[1], m[2] or None))
+        elif m is not None:
+            out.append((m[1], words[k + 1] if k + 1 < len(words) and _is_value(words[k + 1]) else None))
+    return out
+
+
+def _scan(command: Sequence[str], args: Sequence[str], flag: str, container: str | None,
+          env: Sequence[EnvVar] = ()) -> _Scan:
     if not isinstance(flag, str) or not _FLAG_NAME.fullmatch(flag):
         raise FlagError(f"{flag!r} is not a flag name like --max-model-len")
-    return _Scan(_strings("command", command), _strings("args", args), flag, container)
+    return _Scan(_strings("command", command), _strings("args", args), flag, container, tuple(env))
 
 
-def find_flag(command: Sequence[str], args: Sequence[str], flag: str, *, container: str | None = None) -> str | None:
-    """The flag's current value as written, or None when it is not set at all.
+def find_flag(command: Sequence[str], args: Sequence[str], flag: str, *, container: str | None = None,
+              env: Sequence[EnvVar] = ()) -> str | None:
+    """The flag's current value as written, in argv or an env var's value, or None when it is not set.
 
-    Raises FlagError when the answer would be a guess: set twice, set without a value, spelled
-    two ways, or mentioned somewhere we cannot parse.
+    Raises FlagError when the answer would be a guess: set twice, set without a value, or
+    mentioned somewhere we cannot parse.
     """
-    occurrence = _scan(command, args, flag, container).single()
+    occurrence = _scan(command, args, flag, container, env).single()
     return None if occurrence is None else occurrence.value
+
+
+# A value taken from elsewhere: ${NAME}, $NAME (shell) and $(NAME) (Kubernetes, in args and env).
+_SHELL_REFERENCE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
+_KUBERNETES_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+
+
+def _refuse_computed(scan: _Scan, occurrence: _Occurrence, before: str) -> None:
+    """Refuse a value that is a template: writing a number over it would cut it off from its source."""
+    if "$" not in before and "`" not in before:
+        return
+    shell = occurrence.location.endswith(":shell")
+    names = list(dict.fromkeys(_SHELL_REFERENCE.findall(before) +
+                               ([] if shell else _KUBERNETES_REFERENCE.findall(before))))
+    where = scan.describe(occurrence.where)
+    if not names:
+        raise FlagError(f"{scan.flag} in {where} is computed by the shell ({before!r}), not a number written in "
+                        "place; runbook changes only a value written out")
+    listed = ", ".join(names)
+    origins = "; ".join(scan.env_source(name) for name in names)
+    raise FlagError(f"{scan.flag} in {where} is {before!r}, not a number written in place: it is computed from the "
+                    f"environment variable {listed}. runbook changes only a value written out; {origins}: change it "
+                    "there, or write the value into the command line")
 
 
 def plan_flag_change(
@@ -348,19 +448,26 @@ def plan_flag_change(
     floor: float | None = None,
     ceiling: float | None = None,
     container: str | None = None,
+    env: Sequence[EnvVar] = (),
 ) -> FlagChange:
-    """The container's new command/args with only `flag`'s value changed.
+    """The container's new command/args (or the value of the env var holding the flag) with only
+    `flag`'s value changed.
 
     `factor` scales a numeric value; `value` sets one (a str is written verbatim unless bounds are
     given). `floor`/`ceiling` clamp numeric results. `container` only names it in error messages.
     """
     _check_request(factor, value, floor, ceiling)
-    scan = _scan(command, args, flag, container)
+    scan = _scan(command, args, flag, container, env)
     occurrence = scan.single()
     if occurrence is None:
-        raise FlagError(f"{flag} is not set in {scan.describe('command/args')}; runbook never adds a flag")
+        elsewhere = [f"{v.name} ({v.source or 'valueFrom'})" for v in scan.env if v.value is None]
+        hint = (f"; env {', '.join(elsewhere)} {'is' if len(elsewhere) == 1 else 'are'} set from elsewhere and "
+                "may hold it: change it there" if elsewhere else "")
+        searched = "command/args or env" if scan.env else "command/args"
+        raise FlagError(f"{flag} is not set in {scan.describe(searched)}; runbook never adds a flag{hint}")
     before = occurrence.value
     assert before is not None  # single() refuses a flag without a value
+    _refuse_computed(scan, occurrence, before)
     if factor is not None:
         if _parse_number(before) is None:
             raise FlagError(
@@ -378,6 +485,8 @@ def plan_flag_change(
             f"{flag} in {scan.describe(occurrence.where)} takes its value as a separate word, "
             f"and {after!r} would be read as an option"
         )
+    if occurrence.env:
+        return _change_env(scan, occurrence, before, after)
     argv = list(scan.argv)
     # An unchanged value writes nothing, so a shell value keeps however it was quoted.
     if after != before and occurrence.word < 0:
@@ -393,6 +502,21 @@ def plan_flag_change(
         location=occurrence.location,
         spelling=occurrence.spelling if occurrence.spelling != flag else None,
     )
+
+
+def _change_env(scan: _Scan, occurrence: _Occurrence, before: str, after: str) -> FlagChange:
+    """Only the env var's value changes, and in it only the flag's value; command and args stay."""
+    spelling = occurrence.spelling if occurrence.spelling != scan.flag else None
+    unchanged = FlagChange(scan.command, scan.args, before, after, occurrence.location, spelling)
+    if after == before:
+        return unchanged
+    if not _PLAIN.fullmatch(after):
+        raise FlagError(f"{scan.flag} in {scan.describe(occurrence.where)}: {after!r} cannot be written into that "
+                        "env var as one word that every reader splits the same way")
+    text = next(v.value for v in scan.env if v.name == occurrence.env)
+    assert text is not None  # only written values are scanned
+    start, end = occurrence.span
+    return dataclasses.replace(unchanged, env=((occurrence.env, text[:start] + after + text[end:]),))
 
 
 # --- shell scripts -----------------------------------------------------------------------------

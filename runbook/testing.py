@@ -128,21 +128,20 @@ class FakeCluster:
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
                            dry_run: bool = False, expected: ContainerSpec | None = None,
-                           resource_version: str | None = None) -> Workload:
+                           resource_version: str | None = None, env: Mapping[str, str] | None = None) -> Workload:
         w = self._workload(namespace, kind, name)
         index = next((i for i, c in enumerate(w.containers) if c.name == container), None)
         if index is None:
             raise NotFound(f"{kind}/{name} has no container {container}")
         seen = w.containers[index]
-        self._check_baseline(w, resource_version, f"{kind}/{name}/{container} changed since planned"
-                             if expected is not None and (seen.command, seen.args) != (expected.command, expected.args)
-                             else None)
+        changed = expected is not None and (seen.command, seen.args, seen.env) != (expected.command, expected.args,
+                                                                                   expected.env)
+        self._check_baseline(w, resource_version, f"{kind}/{name}/{container} changed since planned" if changed else None)
+        new = ContainerSpec(container, tuple(command) if command is not None else seen.command,
+                            tuple(args) if args is not None else seen.args, seen.env).with_env_values(env or {})
         if not dry_run:
             w.version += 1
-            old = w.containers[index]
-            new = ContainerSpec(container, tuple(command) if command is not None else old.command,
-                                tuple(args) if args is not None else old.args)
-            self.mutations.append(("set_argv", f"{kind}/{name}", container, old, new))
+            self.mutations.append(("set_argv", f"{kind}/{name}", container, seen, new))
             w.containers[index] = new
         return self.get_workload(namespace, kind, name)
 

@@ -130,15 +130,17 @@ class SetArgParams(ActionParams):
 def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     """Change one flag of one container (e.g. `--max-model-len` × 0.9, never below `floor`).
 
-    Handles `--flag=v`, `--flag v` and a flag inside a `sh -c "vllm serve …"` string; nothing else in
-    the command line changes. The pods restart with the new value; a rollback restores the old one.
+    Handles `--flag=v`, `--flag v` (or `--max_model_len`, kept as spelled), a flag inside a
+    `sh -c "vllm serve …"` string, and one in an env var's value (KServe's `VLLM_ADDITIONAL_ARGS`);
+    nothing else changes. A value computed from another variable is refused, naming it. The pods
+    restart with the new value; a rollback restores the old one.
     """
     namespace = ctx.namespace(p.namespace)
     kind, name = base.parse_workload(p.target)
     workload = ctx.cluster.get_workload(namespace, kind, name)
     container = workload.container(p.container)
     change = flags.plan_flag_change(container.command, container.args, p.flag, factor=p.factor, value=p.value,
-                                    floor=p.floor, ceiling=p.ceiling, container=p.container)
+                                    floor=p.floor, ceiling=p.ceiling, container=p.container, env=container.env)
     refusal = None
     if p.factor is not None:
         before_n, after_n = float(change.before), float(change.after)
@@ -153,21 +155,24 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     old_command, old_args = container.command, container.args
     new_command = change.command if change.command != old_command else None
     new_args = change.args if change.args != old_args else None
+    new_env = dict(change.env) or None
+    old_env = {var.name: var.value for var in container.env if new_env and var.name in new_env} or None
 
-    planned_from = ContainerSpec(p.container, old_command, old_args)
-    left_as = ContainerSpec(p.container, change.command, change.args)
+    planned_from = container
+    left_as = ContainerSpec(p.container, change.command, change.args, container.env).with_env_values(new_env or {})
 
     def apply(dry_run: bool) -> dict:
-        # Only from the command line the plan read: another hand's edit since is never written over.
+        # Only from the container the plan read: another hand's edit since is never written over.
         ctx.cluster.set_container_argv(namespace, kind, name, p.container, command=new_command, args=new_args,
-                                       dry_run=dry_run, expected=planned_from,
+                                       env=new_env, dry_run=dry_run, expected=planned_from,
                                        resource_version=workload.resource_version or None)
         return {p.flag: change.after, "where": change.location}
 
     def rollback() -> dict:
         ctx.cluster.set_container_argv(namespace, kind, name, p.container,
                                        command=old_command if new_command is not None else None,
-                                       args=old_args if new_args is not None else None, expected=left_as)
+                                       args=old_args if new_args is not None else None, env=old_env,
+                                       expected=left_as)
         return {p.flag: change.before}
 
     try:
@@ -175,7 +180,8 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     except ValueError:
         value_after = None
     return Plan(target=f"{namespace}/{kind}/{name}", namespace=namespace,
-                summary=f"set {change.spelling or p.flag} of {kind}/{name}/{p.container} {change.before} → {change.after}",
+                summary=f"set {change.spelling or p.flag} of {kind}/{name}/{p.container}"
+                        f"{f' (env {change.env[0][0]})' if change.env else ''} {change.before} → {change.after}",
                 before={p.flag: change.before}, after={p.flag: change.after}, apply=apply, rollback=rollback,
                 value_after=value_after, ready_before=workload.ready_replicas,
                 # A rolling restart takes one pod out at a time.

@@ -31,10 +31,38 @@ class Series:
 
 
 @dataclasses.dataclass(frozen=True)
+class EnvVar:
+    """One entry of a container's `env`: a value written in the spec, or one set from elsewhere."""
+
+    name: str
+    value: str | None = ""  # None: set from elsewhere (valueFrom), never read here
+    source: str = ""  # where a valueFrom points: "configMapKeyRef llm-config/max-seq-len", "fieldRef ..."
+
+
+@dataclasses.dataclass(frozen=True)
 class ContainerSpec:
     name: str
     command: tuple[str, ...] = ()
     args: tuple[str, ...] = ()
+    env: tuple[EnvVar, ...] = ()  # in the spec's order (a later duplicate wins, as in Kubernetes)
+
+    def with_env_values(self, values: Mapping[str, str]) -> ContainerSpec:
+        """This container with new written values for the env vars named in `values`.
+
+        Each must be in the env once, with a written value: one set from elsewhere (valueFrom) or
+        missing is refused, never added or overridden.
+        """
+        from runbook.errors import InvalidInput
+
+        for name, value in values.items():
+            found = [var for var in self.env if var.name == name]
+            if len(found) != 1 or found[0].value is None or not isinstance(value, str):
+                why = ("is not in its env" if not found else f"is defined {len(found)} times" if len(found) > 1
+                       else "takes its value from elsewhere (valueFrom)" if found[0].value is None
+                       else f"would get {value!r}, not a string")
+                raise InvalidInput(f"cannot set env {name} of container {self.name!r}: it {why}")
+        return dataclasses.replace(self, env=tuple(EnvVar(var.name, values[var.name]) if var.name in values else var
+                                                   for var in self.env))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,8 +191,11 @@ class Cluster(Protocol):
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
                            dry_run: bool = False, expected: ContainerSpec | None = None,
-                           resource_version: str | None = None) -> Workload:
-        """Replace exactly this container's command and/or args (None leaves one as it is)."""
+                           resource_version: str | None = None, env: Mapping[str, str] | None = None) -> Workload:
+        """Replace exactly this container's command and/or args (None leaves one as it is), and set
+        the values of the env vars in `env` (each already in the container, with a written value).
+
+        `expected` is the whole container as planned: command, args and env."""
         ...
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:

@@ -11,9 +11,9 @@ import hashlib
 import uuid
 from collections.abc import Sequence, Set as AbstractSet
 
-from runbook.backends.base import ContainerSpec, ContainerStatus, Pod, Workload
+from runbook.backends.base import ContainerSpec, ContainerStatus, EnvVar, Pod, Workload
 from runbook.flags import canonical_flag
-from runbook.sim.scenario import LogEntry, Workload as WorkloadSpec
+from runbook.sim.scenario import EnvEntry, LogEntry, Workload as WorkloadSpec
 
 UID_NAMESPACE = uuid.UUID("6f1c1e0a-4d0b-4b8e-9a51-2f0a7c1d9e11")
 PENDING_SECONDS = 5.0  # a new pod is Pending this long (scheduling, sandbox), then Running
@@ -38,6 +38,19 @@ def flag_value(argv: Sequence[str], flag: str) -> str | None:
         elif i + 1 < len(argv):
             value = argv[i + 1]
     return value
+
+
+def env_var(entry: EnvEntry) -> EnvVar:
+    """A scenario's env entry as the backends show one: a written value, or its valueFrom in words."""
+    if entry.value_from is not None:
+        return EnvVar(entry.name, None, entry.value_from)
+    return EnvVar(entry.name, entry.value or "")
+
+
+def env_words(env: Sequence[EnvVar]) -> tuple[str, ...]:
+    """The words of the env vars' written values, as an unquoted `$VAR` in the container's script
+    hands them to the program (KServe's `vllm serve … $VLLM_ADDITIONAL_ARGS`): split at blanks."""
+    return tuple(word for var in env if var.value for word in var.value.split())
 
 
 @dataclasses.dataclass(eq=False)
@@ -207,6 +220,7 @@ class WorkloadState:
     containers: dict[str, tuple[tuple[str, ...], tuple[str, ...]]]  # name -> (command, args)
     pods: list[PodState]  # by ordinal (StatefulSet) or creation (Deployment)
     next_ordinal: int = 0
+    env: dict[str, tuple[EnvVar, ...]] = dataclasses.field(default_factory=dict)  # name -> its env
 
     @property
     def ref(self) -> str:
@@ -221,15 +235,15 @@ class WorkloadState:
         return command + args
 
     def default_ports(self) -> tuple[int, ...]:
-        argv = self.argv(self.spec.containers[0].name)
-        port = flag_value(argv, "--port")
+        first = self.spec.containers[0].name
+        port = flag_value(self.argv(first) + env_words(self.env.get(first, ())), "--port")
         return (int(port),) if port and port.isdigit() else (8000,)
 
     def to_workload(self, now: dt.datetime) -> Workload:
         return Workload(kind=self.spec.kind, name=self.spec.name, namespace=self.namespace,
                         replicas=self.replicas, ready_replicas=sum(p.ready(now) for p in self.pods),
                         selector=dict(self.spec.selector),
-                        containers=tuple(ContainerSpec(name=n, command=c, args=a)
+                        containers=tuple(ContainerSpec(name=n, command=c, args=a, env=self.env.get(n, ()))
                                          for n, (c, a) in self.containers.items()))
 
 

@@ -51,7 +51,9 @@ workloads:
     replicas: 3
     selector: {app: vllm-server}  # pod labels = selector + labels
     labels: {}
-    containers: [{name: vllm, command: [python3, -m, ...], args: [--port=8000, ...]}]
+    containers: [{name: vllm, command: [python3, -m, ...], args: [--port=8000, ...],
+                  env: [{name: VLLM_ADDITIONAL_ARGS, value: "--max-model-len 8192"},   # flags set_arg finds
+                        {name: HF_TOKEN, value_from: secretKeyRef huggingface/token}]}]  # set elsewhere
     restart_seconds: 45           # a (re)started container is ready this long after it starts
     placement: [{node: gpu-node-0, gpu_index: 0}, ...]   # by ordinal, cycled
     gpu_memory_mib: 21870         # the main process's GPU memory
@@ -247,10 +249,25 @@ class Node(_Model):
         return self
 
 
+class EnvEntry(_Model):
+    """One env var of a container, as Kubernetes has it: a written value, or one from elsewhere."""
+
+    name: str = pydantic.Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+    value: str | None = None  # neither given: the empty string, as in Kubernetes
+    value_from: str | None = pydantic.Field(None, min_length=1)  # where its valueFrom points, in words
+
+    @pydantic.model_validator(mode="after")
+    def _one_source(self) -> EnvEntry:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env {self.name}: give `value` or `value_from`, not both")
+        return self
+
+
 class Container(_Model):
     name: str = pydantic.Field(pattern=_NAME)
     command: list[str] = []
     args: list[str] = []
+    env: list[EnvEntry] = []
 
 
 class Placement(_Model):

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from runbook.sim.model import (
-    DEFAULT_DEVICES, UID_NAMESPACE, ContainerState, GpuState, NodeState, PodState, Proc, WorkloadState, flag_value,
-    hex64, kubepods_cgroup,
+    DEFAULT_DEVICES, UID_NAMESPACE, ContainerState, GpuState, NodeState, PodState, Proc, WorkloadState, env_var,
+    env_words, flag_value, hex64, kubepods_cgroup,
 )
 from runbook.clock import Clock
 from runbook.sim.scenario import Effect, PodOverride, Reaction, Scenario, placement_for, workload_pod_name
@@ -106,7 +106,7 @@ class WorldState:
         for w in s.workloads:
             state = WorkloadState(spec=w, replicas=w.replicas,
                                   containers={c.name: (tuple(c.command), tuple(c.args)) for c in w.containers},
-                                  pods=[])
+                                  pods=[], env={c.name: tuple(env_var(e) for e in c.env) for c in w.containers})
             self.workloads[(w.namespace, w.kind, w.name)] = state
             for ordinal in range(w.replicas):
                 pod = self._new_pod(state, ordinal, self.at(w.started), overrides.get(workload_pod_name(w, ordinal)))
@@ -502,7 +502,9 @@ def _matches(r: Reaction, event: Mapping[str, Any]) -> bool:
         t = on.arg_changed
         if event["workload"] != t.workload or (t.container and event["container"] != t.container):
             return False
-        old, new = flag_value(event["old_argv"], t.flag), flag_value(event["new_argv"], t.flag)
+        # The flag as the program reads it: in argv or, after it, in the env vars its script expands.
+        old = flag_value(event["old_argv"] + env_words(event.get("old_env", ())), t.flag)
+        new = flag_value(event["new_argv"] + env_words(event.get("new_env", ())), t.flag)
         if old == new:
             return False
         if t.absent:

@@ -189,37 +189,45 @@ class SimCluster:
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None,
                            dry_run: bool = False, expected: ContainerSpec | None = None,
-                           resource_version: str | None = None) -> Workload:
+                           resource_version: str | None = None, env: Mapping[str, str] | None = None) -> Workload:
         now = self._state.tick()
         w = self._workload(namespace, kind, name)
-        w.to_workload(now).container(container)  # NotFound with the known containers
-        seen = w.containers[container]
+        spec = w.to_workload(now).container(container)  # NotFound with the known containers
         stale = (f"the command line of {w.ref}/{container} changed since this change was planned"
-                 if expected is not None and seen != (expected.command, expected.args) else None)
+                 if expected is not None and (spec.command, spec.args, spec.env) != (expected.command, expected.args,
+                                                                                     expected.env) else None)
         self._check_baseline(w, f"set the command line of {w.ref}/{container}", resource_version, stale)
         for what, value in (("command", command), ("args", args)):
             if value is not None and (isinstance(value, str) or not all(isinstance(a, str) for a in value)):
                 raise InvalidInput(f"{what} must be a list of strings, found {value!r}")
         old_command, old_args = w.containers[container]
         new = (tuple(command) if command is not None else old_command, tuple(args) if args is not None else old_args)
+        old_env = spec.env
+        new_env = spec.with_env_values(env or {}).env  # InvalidInput for a var it lacks or reads from elsewhere
         if dry_run:
             containers = dict(w.containers)
             containers[container] = new
-            preview = WorkloadState(spec=w.spec, replicas=w.replicas, containers=containers, pods=w.pods)
+            preview = WorkloadState(spec=w.spec, replicas=w.replicas, containers=containers, pods=w.pods,
+                                    env={**w.env, container: new_env})
             return self._versioned(w, preview.to_workload(now))
-        if new == (old_command, old_args):
+        if new == (old_command, old_args) and new_env == old_env:
             return self._versioned(w, w.to_workload(now))
+        before = {"command": list(old_command), "args": list(old_args)}
+        after = {"command": list(new[0]), "args": list(new[1])}
+        if new_env != old_env:  # only the vars that changed: the others may hold what is nobody's business
+            before["env"] = {a.name: a.value for a, b in zip(old_env, new_env) if a != b}
+            after["env"] = {b.name: b.value for a, b in zip(old_env, new_env) if a != b}
         self._state.record("set_container_argv", workload=w.ref, namespace=namespace, container=container,
-                           before={"command": list(old_command), "args": list(old_args)},
-                           after={"command": list(new[0]), "args": list(new[1])})
+                           before=before, after=after)
         w.containers[container] = new
+        w.env[container] = new_env
         self._bump(w)
         for pod in list(w.pods):
             c = pod.container(container)
             if c is not None:
                 self._state.restart_container(pod, c, reason="Completed", exit_code=0)
         self._state.fire("arg_changed", workload=w.ref, container=container,
-                         old_argv=old_command + old_args, new_argv=new[0] + new[1])
+                         old_argv=old_command + old_args, new_argv=new[0] + new[1], old_env=old_env, new_env=new_env)
         return self._versioned(w, w.to_workload(self._state.now()))
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from runbook.backends.base import ContainerSpec
+from runbook.backends.base import ContainerSpec, EnvVar
 from runbook.errors import Conflict, InvalidInput, NotFound, Refused
 from tests.conftest import data_text, reference_text
 from tests.kubernetes import world
@@ -52,7 +52,8 @@ def test_workloads_of_each_kind(k8s, cluster):
     k8s.apply(world.workload("DaemonSet", "dcgm-exporter", labels={"app": "dcgm"}))
     sts = cluster.get_workload("llm", "statefulset", "vllm-server")
     assert (sts.replicas, sts.ready_replicas, dict(sts.selector)) == (3, 3, {"app": "vllm-server"})
-    assert sts.container("vllm") == ContainerSpec("vllm", tuple(world.VLLM_COMMAND), tuple(world.VLLM_ARGS))
+    assert sts.container("vllm") == ContainerSpec("vllm", tuple(world.VLLM_COMMAND), tuple(world.VLLM_ARGS),
+                                                  (EnvVar("HF_HOME", "/models"),))
     deploy = cluster.get_workload("llm", "deployment", "api-gateway")
     assert (deploy.replicas, deploy.ready_replicas) == (2, 2)
     ds = cluster.get_workload("llm", "daemonset", "dcgm-exporter")

@@ -24,6 +24,14 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _METHODS = {"statefulset": "stateful_set", "deployment": "deployment", "daemonset": "daemon_set"}
 
 
+def _env_note(spec: ContainerSpec, other: ContainerSpec | None) -> str:
+    """The env vars that differ from `other`, by name only: their values may be secrets."""
+    if other is None or spec.env == other.env:
+        return ""
+    names = sorted({v.name for v in set(spec.env) ^ set(other.env)})
+    return f", env {', '.join(names)} differing"
+
+
 def _blocked_by_pdb(failure: ApiFailure) -> bool:
     return failure.status == 429 and (any(c.get("reason") == "DisruptionBudget" for c in failure.causes)
                                       or "disruption budget" in failure.message.lower())
@@ -112,39 +120,55 @@ class KubernetesCluster:
 
     def set_container_argv(self, namespace: str, kind: str, name: str, container: str, *,
                            command: Sequence[str] | None, args: Sequence[str] | None, dry_run: bool = False,
-                           expected: ContainerSpec | None = None, resource_version: str | None = None) -> Workload:
-        """Replace exactly this container's command and/or args, and nothing else.
+                           expected: ContainerSpec | None = None, resource_version: str | None = None,
+                           env: Mapping[str, str] | None = None) -> Workload:
+        """Replace exactly this container's command and/or args, set the values of the env vars in
+        `env`, and nothing else.
 
-        A strategic merge patch merges `containers` by name and replaces the `args` list whole, so
-        the other containers and fields stay as they are. Conditional as `scale` is, the baseline
-        being the container's command line as planned (`expected`) and the plan's version.
+        A strategic merge patch merges `containers` by name, replaces the `args` list whole and merges
+        `env` by name, so the other containers, fields and env entries stay as they are. Conditional as
+        `scale` is, the baseline being the container as planned (`expected`: command, args and env)
+        and the plan's version. An env var must already be there with a written value.
         """
-        if command is None and args is None:
+        if command is None and args is None and not env:
             return self.get_workload(namespace, kind, name)
         what = f"set the command line of {kind}/{name}/{container} in {namespace}"
         patch = self._apps("patch", kind)
         version = resource_version
+        wanted = None
         if not version:
             current = self._read_workload(namespace, kind, name)
             spec = workload_from(kind, current).container(container)
-            if expected is not None and (spec.command, spec.args) != (expected.command, expected.args):
+            if expected is not None and (spec.command, spec.args, spec.env) != (expected.command, expected.args,
+                                                                                expected.env):
                 raise StalePlan(f"{what}: the container's command line changed since this change was planned "
-                                f"(now {' '.join(spec.command + spec.args)})")
+                                f"(now {' '.join(spec.command + spec.args)}{_env_note(spec, expected)})")
             version = (current.get("metadata") or {}).get("resourceVersion")
+            wanted = spec.with_env_values(env or {})  # InvalidInput: not there, or set from elsewhere
+        elif env:
+            if expected is None:
+                raise InvalidInput(f"{what}: setting env vars at a resourceVersion needs the planned container")
+            wanted = expected.with_env_values(env)
         entry: dict[str, Any] = {"name": container}
         if command is not None:
             entry["command"] = list(command)
         if args is not None:
             entry["args"] = list(args)
+        if env:
+            entry["env"] = [{"name": key, "value": value} for key, value in env.items()]
         body = {"metadata": {"resourceVersion": version}, "spec": {"template": {"spec": {"containers": [entry]}}}}
+
+        def as_asked(spec: ContainerSpec) -> bool:
+            return ((command is None or spec.command == tuple(command)) and (args is None or spec.args == tuple(args))
+                    and (not env or (wanted is not None and spec.env == wanted.env)))
+
         try:
             result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
                                    _content_type=STRATEGIC_PATCH)
         except Conflict as exc:
             workload = workload_from(kind, self._read_workload(namespace, kind, name))
             spec = workload.container(container)
-            landed = (command is None or spec.command == tuple(command)) and (args is None or spec.args == tuple(args))
-            if getattr(exc, "attempts", 1) > 1 and landed and not dry_run:
+            if getattr(exc, "attempts", 1) > 1 and as_asked(spec) and not dry_run:
                 return workload  # our lost earlier attempt landed
             raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (the container's command "
                             f"line is now {' '.join(spec.command + spec.args)})") from None
@@ -153,11 +177,12 @@ class KubernetesCluster:
             got = workload.container(container)
         except (InvalidInput, NotFound) as exc:
             raise CommandFailed(f"{what}: the API server's answer cannot be read back ({exc})") from None
-        if (command is not None and got.command != tuple(command)) or (args is not None and got.args != tuple(args)):
+        if not as_asked(got):
             verb = "would store" if dry_run else "stored"
             # A change was (or would be) stored, but not the one planned: a backend failure, never bad input.
-            raise CommandFailed(f"{what}: the API server {verb} {' '.join(got.command + got.args)} instead of the "
-                                "command line asked for (an admission webhook rewrote it?)")
+            raise CommandFailed(f"{what}: the API server {verb} {' '.join(got.command + got.args)}"
+                                f"{_env_note(got, wanted)} instead of the command line asked for (an admission "
+                                "webhook rewrote it?)")
         return workload
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False,

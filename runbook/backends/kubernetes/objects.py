@@ -10,7 +10,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from runbook.backends.base import ContainerSpec, ContainerStatus, NodeInfo, Pod, Workload
+from runbook.backends.base import ContainerSpec, ContainerStatus, EnvVar, NodeInfo, Pod, Workload
 from runbook.errors import InvalidInput
 
 # A label key: optional DNS prefix and a name; a value: up to 63 of [A-Za-z0-9_.-], alphanumeric ends.
@@ -92,6 +92,33 @@ def workload_selector(kind: str, obj: Mapping[str, Any]) -> dict[str, str]:
     return labels
 
 
+def _value_from(ref: Mapping[str, Any]) -> str:
+    """Where a `valueFrom` points, in words; what it points at (a Secret's value) is never read."""
+    for kind in ("configMapKeyRef", "secretKeyRef"):
+        if kind in ref:
+            key = ref.get(kind) or {}
+            return f"{kind} {key.get('name', '')}/{key.get('key', '')}"
+    if "fieldRef" in ref:
+        return f"fieldRef {(ref.get('fieldRef') or {}).get('fieldPath', '')}"
+    if "resourceFieldRef" in ref:
+        field = ref.get("resourceFieldRef") or {}
+        of = f" of {field['containerName']}" if field.get("containerName") else ""
+        return f"resourceFieldRef {field.get('resource', '')}{of}"
+    return " ".join(sorted(ref)) or "valueFrom"
+
+
+def env_from(raw: Any) -> tuple[EnvVar, ...]:
+    """A container's `env` list: written values as written (absent: ""), valueFrom as where it points."""
+    return tuple(EnvVar(str(e.get("name", "")), None, _value_from(e["valueFrom"])) if e.get("valueFrom")
+                 else EnvVar(str(e.get("name", "")), str(e.get("value") or ""))
+                 for e in raw or [] if isinstance(e, Mapping))
+
+
+def container_from(raw: Mapping[str, Any]) -> ContainerSpec:
+    return ContainerSpec(raw.get("name", ""), tuple(raw.get("command") or ()), tuple(raw.get("args") or ()),
+                         env_from(raw.get("env")))
+
+
 def workload_from(kind: str, obj: Mapping[str, Any]) -> Workload:
     meta, spec, status = obj.get("metadata") or {}, obj.get("spec") or {}, obj.get("status") or {}
     if kind == "daemonset":
@@ -102,8 +129,7 @@ def workload_from(kind: str, obj: Mapping[str, Any]) -> Workload:
     return Workload(kind=kind, name=meta.get("name", ""), namespace=meta.get("namespace", ""), replicas=replicas,
                     ready_replicas=ready, selector=workload_selector(kind, obj),
                     resource_version=str(meta.get("resourceVersion") or ""),
-                    containers=tuple(ContainerSpec(c.get("name", ""), tuple(c.get("command") or ()), tuple(c.get("args") or ()))
-                                     for c in containers))
+                    containers=tuple(container_from(c) for c in containers))
 
 
 def node_from(obj: Mapping[str, Any]) -> NodeInfo:
