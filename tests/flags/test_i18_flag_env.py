@@ -108,3 +108,22 @@ def test_a_flag_nowhere_in_argv_names_env_vars_set_from_elsewhere():
     with pytest.raises(FlagError, match=r"not set in command/args or env.*VLLM_ADDITIONAL_ARGS "
                                         r"\(configMapKeyRef vllm-args/extra\)"):
         plan_flag_change(KSERVE_COMMAND, KSERVE_ARGS, MML, factor=0.9, env=env)
+
+
+# vllm production-stack's chart renders `vllm serve`, its vllmConfig and each `extraArgs` item into
+# the container's `command`, one list item each (and no `args`).
+PRODUCTION_STACK = ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--host", "0.0.0.0", "--port", "8000",
+                    "--no-enable-prefix-caching", "--max-model-len", "8192", "--max_num_seqs=32")
+
+
+def test_production_stack_extra_args_rendered_into_command_are_lowered_there():
+    change = plan_flag_change(PRODUCTION_STACK, (), MML, factor=0.9, env=(HF,))
+    at = PRODUCTION_STACK.index("8192")
+    assert change.command == PRODUCTION_STACK[:at] + ("7373",) + PRODUCTION_STACK[at + 1:]
+    assert (change.args, change.env, change.location) == ((), (), "command")
+
+
+def test_production_stack_extra_arg_with_flag_and_value_in_one_item_is_refused():
+    # `extraArgs: ["--max-model-len 8192"]` reaches vLLM as one word, which argparse does not read as the flag.
+    with pytest.raises(FlagError, match=r"mentioned in command\[3\]"):
+        plan_flag_change(PRODUCTION_STACK[:3] + ("--max-model-len 8192",), (), MML, factor=0.9)
