@@ -165,8 +165,9 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
         _print_report(report, views, metrics)
         why = "chosen with --playbook" if playbook_name else "the top match"
         stderr_console().print(f"\nrunning {chosen.name} ({why})" + (", dry run" if dry_run else ""), markup=False)
-    _run(chosen, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes, dry_run,
-         operator_name, output)
+    finding = next((f for f in report.findings if f.playbook == chosen.name), None)
+    _run(chosen, finding, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes,
+         dry_run, operator_name, output)
 
 
 def _choose(report, playbooks: list, name: str | None):
@@ -182,25 +183,31 @@ def _choose(report, playbooks: list, name: str | None):
     return next(p for p in playbooks if p.name == report.top.playbook)
 
 
-def _run(playbook, document: dict[str, Any], config, params: dict[str, str], prometheus_url: str | None,
+def _run(playbook, finding, document: dict[str, Any], config, params: dict[str, str], prometheus_url: str | None,
          kubeconfig: str | None, kube_context: str | None, in_cluster: bool, yes: bool, dry_run: bool,
          operator_name: str | None, output: str) -> None:
+    """Run `playbook` as `runbook run` does; `finding`, its triage finding, fills what its detect found
+    (a fleet-wide detect's firing node becomes the param)."""
     from runbook.cli import connect
     from runbook.cli.run import gather_params
-    from runbook.cli.running import result_document, run_playbook
+    from runbook.cli import running
     from runbook.engine.namespaces import check_run_namespace
+    from runbook.triage.evaluate import finding_params
 
-    params, sources = gather_params(playbook, None, (), params.get("namespace"))  # screened, like `runbook run`
+    firing = finding is not None and finding.state in ("firing", "pending")
+    found = finding_params(playbook, finding) if firing else {}  # the firing node, say
+    pairs = tuple(f"{k}={v}" for k, v in found.items())
+    params, sources = gather_params(playbook, None, pairs, params.get("namespace"))  # screened, like `runbook run`
     check_run_namespace(playbook.params, params, config.namespaces(), sources=sources)  # before the run's backends
     world = connect.real_world(config, connect.Connection(prometheus_url, kubeconfig, kube_context, in_cluster))
     try:
-        result, journal = run_playbook(playbook, world, alert=None, params=params, yes=yes, dry_run=dry_run,
+        result, journal = running.run_playbook(playbook, world, alert=None, params=params, yes=yes, dry_run=dry_run,
                                        operator_name=operator_name, live=output == "text",
                                        namespaces=config.namespaces())
     finally:
         connect.close_world(world)
     if output == "json":
-        print_json({"triage": document, "run": result_document(result, journal)})
+        print_json({"triage": document, "run": running.result_document(result, journal)})
     else:
         stderr_console().print(f"journal: {journal}", markup=False, highlight=False)
     raise SystemExit(result.exit_code)

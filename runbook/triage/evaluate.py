@@ -114,14 +114,40 @@ class Report:
         return int(ExitCode.OK)
 
 
-def detect_labels(playbook: Playbook, params: Mapping[str, Any]) -> dict[str, str]:
-    """The detect's labels rendered as the engine renders them, with these params."""
+def detect_scope(playbook: Playbook, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
+    """(the detect's labels rendered as the engine renders them, with these params; the labels asked
+    across the fleet instead: those whose param has no value here, such as a node not named yet)."""
     assert playbook.detect is not None
-    context = {"params": {**playbook.params, **params},
-               "alert": {"labels": {}, "annotations": {}, "name": "", "source": "triage"},
+    merged = {**playbook.params, **params}
+    fixed: dict[str, str] = {}
+    across: list[str] = []
+    for key, value in playbook.detect.labels.items():
+        refs = templating.param_references(value) if templating.is_template(value) else set()
+        if any(merged.get(ref) is None for ref in refs):
+            across.append(key)
+        else:
+            fixed[key] = value
+    context = {"params": merged, "alert": {"labels": {}, "annotations": {}, "name": "", "source": "triage"},
                "incident": {"id": ""}}
-    rendered = templating.render_value(dict(playbook.detect.labels), context)
-    return {str(k): str(v) for k, v in rendered.items()}
+    rendered = templating.render_value(fixed, context)
+    return {str(k): str(v) for k, v in rendered.items()}, across
+
+
+def detect_labels(playbook: Playbook, params: Mapping[str, Any]) -> dict[str, str]:
+    """The detect's labels as triage asks them with these params (those asked across the fleet left out)."""
+    return detect_scope(playbook, params)[0]
+
+
+def finding_params(playbook: Playbook, finding: Finding) -> dict[str, str]:
+    """The params a finding names that the playbook had no value for: the firing node of a fleet-wide detect."""
+    if playbook.detect is None:
+        return {}
+    out: dict[str, str] = {}
+    for key, value in playbook.detect.labels.items():
+        refs = templating.param_references(value) if templating.is_template(value) else set()
+        if len(refs) == 1 and playbook.params.get(next(iter(refs))) is None and key in finding.labels:
+            out[next(iter(refs))] = finding.labels[key]
+    return out
 
 
 def _combine(series: Sequence[Series], detect: Detect) -> dict[dt.datetime, float]:
@@ -141,38 +167,20 @@ def _strength(detect: Detect, value: float) -> float:
     return excess / max(abs(bound), 1e-9) if bound else excess
 
 
-def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: Mapping[str, Any], *,
-                 lookback: float = LOOKBACK, step: float = STEP) -> Finding:
-    base = dict(playbook=playbook.name, title=playbook.title, severity=playbook.severity)
-    detect = playbook.detect
-    if detect is None:
-        return Finding(**base, state="skipped", reason="no `detect:` condition")
-    try:
-        labels = detect_labels(playbook, params)
-    except RunbookError as exc:
-        return Finding(**base, state="unknown", signal=detect.signal, condition=detect.describe(), reason=str(exc))
-    points = math.ceil(max(lookback, detect.for_ + 4 * step) / step)
-    start = at - dt.timedelta(seconds=points * step)
-    common = dict(base, signal=detect.signal, condition=detect.describe(), labels=labels, for_seconds=detect.for_)
-    series = metrics.query_range(detect.signal, start=start, end=at, step_seconds=step, labels=labels)
-    values = _combine(series, detect)
-    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
+def _grouped(series: Sequence[Series], across: Sequence[str]) -> dict[tuple[str, ...], list[Series]]:
+    groups: dict[tuple[str, ...], list[Series]] = {}
+    for s in series:
+        groups.setdefault(tuple(s.labels.get(k, "") for k in across), []).append(s)
+    return groups
+
+
+def _judge(common: dict[str, Any], detect: Detect, values: Mapping[dt.datetime, float],
+           grid: Sequence[dt.datetime], at: dt.datetime, lookback: float) -> Finding | None:
+    """The condition over one group's values; None when it has no value now."""
     now = values.get(grid[0])
-    hour_ago = values.get(at - dt.timedelta(seconds=lookback))
     if now is None:
-        where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"
-        reason = (f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned nothing; "
-                  f"see `runbook signals --check`")
-        try:
-            missing = missing_sources(metrics, detect.signal, labels, at)
-        except BackendUnavailable:
-            raise
-        except RunbookError as exc:
-            return Finding(**common, state="unknown", reason=f"{reason} (its sources could not be checked: {exc})")
-        if missing:
-            return Finding(**common, state="no_source", missing_sources=missing,
-                           reason=no_source_reason(detect.signal, labels, missing))
-        return Finding(**common, state="unknown", reason=reason)
+        return None
+    hour_ago = values.get(at - dt.timedelta(seconds=lookback))
     if not detect.holds(now):
         return Finding(**common, state="quiet", value=now, hour_ago=hour_ago)
     since, held_all = grid[0], True
@@ -186,6 +194,51 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
     state = "firing" if held >= detect.for_ else "pending"
     return Finding(**common, state=state, value=now, since=since, since_is_lower_bound=held_all,
                    held_seconds=held, strength=_strength(detect, now), hour_ago=hour_ago)
+
+
+def _urgency(detect: Detect, finding: Finding) -> tuple[int, float]:
+    """Firing before pending before quiet; then the strongest, or the closest to its threshold."""
+    rank = {"firing": 2, "pending": 1}.get(finding.state, 0)
+    value = finding.value or 0.0
+    return rank, finding.strength if rank else (value if detect.above is not None else -value)
+
+
+def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: Mapping[str, Any], *,
+                 lookback: float = LOOKBACK, step: float = STEP) -> Finding:
+    """The playbook's detect at `at`. Labels whose param has no value are asked across the fleet, each
+    value on its own (a node), and the most urgent one is the finding, its labels naming it."""
+    base = dict(playbook=playbook.name, title=playbook.title, severity=playbook.severity)
+    detect = playbook.detect
+    if detect is None:
+        return Finding(**base, state="skipped", reason="no `detect:` condition")
+    try:
+        labels, across = detect_scope(playbook, params)
+    except RunbookError as exc:
+        return Finding(**base, state="unknown", signal=detect.signal, condition=detect.describe(), reason=str(exc))
+    points = math.ceil(max(lookback, detect.for_ + 4 * step) / step)
+    start = at - dt.timedelta(seconds=points * step)
+    common = dict(base, signal=detect.signal, condition=detect.describe(), labels=labels, for_seconds=detect.for_)
+    series = metrics.query_range(detect.signal, start=start, end=at, step_seconds=step, labels=labels, by=across)
+    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
+    judged = [_judge({**common, "labels": {**labels, **dict(zip(across, group))}}, detect,
+                     _combine(members, detect), grid, at, lookback)
+              for group, members in _grouped(series, across).items()]
+    found = [f for f in judged if f is not None]
+    if found:
+        return max(found, key=lambda f: _urgency(detect, f))
+    where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"
+    reason = (f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned nothing; "
+              f"see `runbook signals --check`")
+    try:
+        missing = missing_sources(metrics, detect.signal, labels, at)
+    except BackendUnavailable:
+        raise
+    except RunbookError as exc:
+        return Finding(**common, state="unknown", reason=f"{reason} (its sources could not be checked: {exc})")
+    if missing:
+        return Finding(**common, state="no_source", missing_sources=missing,
+                       reason=no_source_reason(detect.signal, labels, missing))
+    return Finding(**common, state="unknown", reason=reason)
 
 
 def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,

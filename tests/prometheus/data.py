@@ -223,9 +223,10 @@ def _lingering_cuda_context() -> Scenario:
                             tokens=[(-2 * DAY, 1800)], ttft=[(-2 * DAY, 0.35)], decode=[(-2 * DAY, 2.9)],
                             aborted=[(-2 * DAY, 0.1)])
         lines += _gpu(node, gpu, [(-2 * DAY, 0.84)], [(-2 * DAY, 85)])
-    # GPU 1 of gpu-node-2: a worker exited 3 hours ago without releasing its CUDA context.
-    lines += _gpu("gpu-node-2", "1", [(-2 * DAY, 0.002), (-3 * 3600, 0.979)], [(-2 * DAY, 0)])
-    lines += _gpu("gpu-node-3", "1", [(-2 * DAY, 0.002)], [(-2 * DAY, 0)])
+    # GPU 1 of gpu-node-3: a worker exited 3 hours ago without releasing its CUDA context. GPU 1 of
+    # gpu-node-2 is a busy one, its memory as full (vLLM at --gpu-memory-utilization 0.98).
+    lines += _gpu("gpu-node-2", "1", [(-2 * DAY, 0.002), (-3 * 3600, 0.981)], [(-2 * DAY, 0), (-3 * 3600, 93)])
+    lines += _gpu("gpu-node-3", "1", [(-2 * DAY, 0.002), (-3 * 3600, 0.979)], [(-2 * DAY, 0)])
     lines += _kube("llm", [p for p, _, _ in pods], [(-2 * DAY, 2)])
     lines += _gateway("llm", 500, [(-2 * DAY, None)])
     lines += _log_pipeline("llm", [p for p, _, _ in pods])

@@ -49,9 +49,9 @@ def test_by_groups_with_the_playbooks_label_names(prom):
     samples = prom.query("kv_cache_usage", at=OOM.at, labels=LLM, by=["pod"])
     assert {s.labels["pod"]: s.value for s in samples} == {"vllm-server-0": 0.97, "vllm-server-1": 0.96,
                                                            "vllm-server-2": 0.98}
-    gpus = prom.query("gpu_memory_used_ratio", at=CUDA.at, labels={"node": "gpu-node-2"}, by=["node", "gpu"])
+    gpus = prom.query("gpu_memory_used_ratio", at=CUDA.at, labels={"node": "gpu-node-3"}, by=["node", "gpu"])
     assert {(s.labels["node"], s.labels["gpu"]): round(s.value, 3) for s in gpus} == {
-        ("gpu-node-2", "0"): 0.84, ("gpu-node-2", "1"): 0.979}
+        ("gpu-node-3", "0"): 0.84, ("gpu-node-3", "1"): 0.979}
 
 
 def test_the_older_kv_cache_metric_name_still_answers(prom):

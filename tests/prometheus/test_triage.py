@@ -230,9 +230,9 @@ def test_signals_lists_the_catalog_and_checks_it(prometheus):
     rows = {r["name"]: r for r in json.loads(checked.stdout)["signals"]}
     assert rows["waiting_requests"]["check"] == {"status": "ok", "series": 1, "value": 41.0}
     assert rows["prefix_cache_hit_rate"]["check"]["status"] == "no source"  # this cluster exports none
-    # A detected signal is asked as its playbook asks it: GPU memory by node, not by namespace.
-    assert rows["gpu_memory_used_ratio"]["labels_asked"] == {"node": "gpu-node-2"}
-    assert rows["gpu_memory_used_ratio"]["check"]["status"] == "ok"
+    # A detected signal is asked as its playbook asks it: GPU memory held idle on every node, not by namespace.
+    assert rows["gpu_memory_idle_held_ratio"]["labels_asked"] == {}
+    assert rows["gpu_memory_idle_held_ratio"]["check"]["status"] == "ok"
     assert checked.exit_code == 0
     text = CliRunner().invoke(main, ["signals", "--check", "--prometheus-url", "http://127.0.0.1:9"])
     assert text.exit_code == 11 and "unreachable" in text.stdout

@@ -73,12 +73,21 @@ def clock() -> SettlingClock:
 def run(playbook, gpu: gpu_world.GpuWorld, nodes: SshNodes, clock, *, cordoned: bool = False):
     fake_cluster = cluster(replicas=1)  # vllm-server-0, ready, container id 000…0 like the serving holder's cgroup
     fake_cluster.nodes["gpu-node-2"] = NodeInfo("gpu-node-2", True, cordoned)
-    metrics = FakeMetrics({"gpu_memory_used_ratio": lambda at: gpu.gpu1_memory_ratio()})
+    metrics = FakeMetrics(gpu_metrics(gpu))
     journal = MemoryJournal("inc-ssh")
     engine = Engine(registry=load_builtin(), world=World(metrics=metrics, cluster=fake_cluster, nodes=nodes),
                     clock=clock, journal=journal, operator=AssumeYes("alice"), locks=MemoryLocks(),
                     history=History(None, extra=journal))
-    return engine.run(playbook), journal.events()
+    return engine.run(playbook, params=NODE), journal.events()
+
+
+NODE = {"node": "gpu-node-2"}  # as the alert's node label gives it: the playbook has no default node
+
+
+def gpu_metrics(gpu: gpu_world.GpuWorld) -> dict:
+    """GPU 1's memory, held on a GPU doing no work (the detect's idle-held ratio) while the orphan holds it."""
+    return {"gpu_memory_used_ratio": lambda at: gpu.gpu1_memory_ratio(),
+            "gpu_memory_idle_held_ratio": lambda at: gpu.gpu1_memory_ratio()}
 
 
 
@@ -142,10 +151,10 @@ def test_a_dry_run_looks_over_ssh_and_kills_nothing(playbook, gpu, nodes, clock)
     fake_cluster = cluster(replicas=1)
     journal = MemoryJournal("inc-dry")
     engine = Engine(registry=load_builtin(), world=World(
-        metrics=FakeMetrics({"gpu_memory_used_ratio": lambda at: gpu.gpu1_memory_ratio()}), cluster=fake_cluster,
+        metrics=FakeMetrics(gpu_metrics(gpu)), cluster=fake_cluster,
         nodes=nodes), clock=clock, journal=journal, operator=AssumeYes("alice"), locks=MemoryLocks(),
         history=History(None, extra=journal), dry_run=True)
-    result = engine.run(playbook)
+    result = engine.run(playbook, params=NODE)
     assert gpu.orphan_alive() and gpu.serving.poll() is None
     assert not any(e.type == ev.ACTION_APPLIED for e in journal.events())
     assert any(s.id == "holders" and s.result["orphan_pids"] == [gpu.orphan.pid] for s in result.steps)
