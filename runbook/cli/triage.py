@@ -8,6 +8,7 @@ conditions as alerting rules. Heavy imports stay inside the commands.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -457,9 +458,21 @@ def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], 
 # -- runbook rules ----------------------------------------------------------------------------
 
 
+class _RulesFormat(click.Choice):
+    """`-o` of `runbook rules`: a format; what looks like a file is pointed to `-f/--out-file`."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value not in self.choices and (value == "-" or "/" in value or "." in value):
+            self.fail(f"{value!r} is not a format: -o is the rules' format ({' or '.join(self.choices)}), as in "
+                      f"kubectl; give the destination with -f/--out-file {value}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @click.command()
 @click.argument("paths", nargs=-1, type=click.Path())
-@click.option("--output", "-o", "output_file", default=None, type=click.Path(dir_okay=False),
+@click.option("--output", "-o", "output", type=_RulesFormat(["yaml", "json"]), default="yaml", show_default=True,
+              help="The format, as in kubectl: yaml (what Prometheus reads) or json.")
+@click.option("--out-file", "-f", "output_file", default=None, type=click.Path(dir_okay=False),
               help="Write the rules to FILE instead of stdout.")
 @click.option("--format", "fmt", type=click.Choice(["rules", "prometheusrule"]), default="rules", show_default=True,
               help="A Prometheus rule file, or a prometheus-operator PrometheusRule manifest.")
@@ -471,7 +484,8 @@ def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], 
 @click.option("--rule-namespace", default=None, help="PrometheusRule metadata.namespace.")
 @click.option("--label", "labels", multiple=True,
               help="PrometheusRule metadata label key=value, e.g. release=kube-prometheus-stack (repeatable).")
-def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: str | None, params: tuple[str, ...],
+def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str, namespace: str | None,
+          params: tuple[str, ...],
           profile: str | None, config_path: str | None, name: str, rule_namespace: str | None,
           labels: tuple[str, ...]) -> None:
     """Export the playbooks' detect conditions as Prometheus alerting rules.
@@ -494,7 +508,7 @@ def rules(paths: tuple[str, ...], output_file: str | None, fmt: str, namespace: 
     if fmt == "prometheusrule":
         meta = parse_params(labels, "--label")
         document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)
-    text = to_yaml(document)
+    text = to_yaml(document) if output == "yaml" else json.dumps(document, indent=2) + "\n"
     for note in notes + [f"{i.file}: {i.reason}" for i in invalid]:
         click.echo(f"note: {note}", err=True)
     if output_file:

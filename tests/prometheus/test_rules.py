@@ -33,7 +33,7 @@ def bundled_playbooks():
 
 def export(tmp_path: Path, *args: str) -> Path:
     out = tmp_path / "runbook-rules.yaml"
-    result = invoke("rules", "-o", str(out), *args)
+    result = invoke("rules", "-f", str(out), *args)
     assert result.exit_code == 0, result.output
     return out
 
