@@ -120,5 +120,5 @@ def test_incidents_lists_the_drill_and_rca_renders_it():
     runner = CliRunner()
     listed = json.loads(runner.invoke(main, ["incidents", "--output", "json"]).stdout)
     assert any(i["id"] == document["incident_id"] and i["outcome"] == "resolved" for i in listed)
-    report = runner.invoke(main, ["rca", document["incident_id"], "-o", "-"])
+    report = runner.invoke(main, ["rca", document["incident_id"], "-f", "-"])
     assert report.exit_code == 0 and "## Timeline" in report.stdout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
+from runbook.cli.output import FormatChoice, output_option, print_json, stderr_console, stdout_console
 from runbook.errors import InvalidInput
 
 
@@ -44,18 +44,29 @@ def incidents(output: str) -> None:
 
 @click.command()
 @click.argument("incident")
-@click.option("-o", "--out", "out", default=None,
+@click.option("--output", "-o", "fmt", type=FormatChoice(["md", "html"]), default=None,
+              help="The report's format [default: md]: Markdown links its charts (PNG files beside it); HTML is one "
+                   "file with the charts inside.")
+@click.option("--format", "legacy_fmt", type=click.Choice(["md", "html"]), default=None, hidden=True)
+@click.option("--out-file", "-f", "out", default=None, metavar="PATH",
               help="Where to write the report (default: rca.md or rca.html in the incident's folder; - for stdout).")
-@click.option("--format", "fmt", type=click.Choice(["md", "html"]), default="md", show_default=True,
-              help="Markdown links its charts (PNG files beside it); HTML is one file with the charts inside.")
+@click.option("--out", "legacy_out", default=None, hidden=True)
 @click.option("--template", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A Jinja2 template to use instead of the bundled one.")
-def rca(incident: str, out: str | None, fmt: str, template: Path | None) -> None:
+def rca(incident: str, fmt: str | None, legacy_fmt: str | None, out: str | None, legacy_out: str | None,
+        template: Path | None) -> None:
     """Write the RCA report of INCIDENT (an id from `runbook incidents`, or a journal path)."""
     from runbook.cli.state import state_directory
     from runbook.journal import incident_dir, read_journal
     from runbook.reporting.rca import render, write_report
 
+    # --format and --out are the names of before -o/-f followed kubectl; they still work.
+    if fmt and legacy_fmt and fmt != legacy_fmt:
+        raise click.UsageError(f"-o {fmt} and --format {legacy_fmt} disagree; give one (-o)")
+    if out and legacy_out and out != legacy_out:
+        raise click.UsageError(f"-f {out} and --out {legacy_out} disagree; give one (-f)")
+    fmt = fmt or legacy_fmt or "md"
+    out = out or legacy_out
     path = Path(incident)
     if not path.is_file():
         state = state_directory(create=False)

@@ -14,6 +14,16 @@ import click
 
 from runbook.cli.streams import write_or_fall_silent
 
+class FormatChoice(click.Choice):
+    """A format for `-o/--output`; a value that looks like a destination says `-f/--out-file` takes that."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and value not in self.choices and (value == "-" or "/" in value or "." in value):
+            self.fail(f"{value!r} is not a format: -o is the report's format ({' or '.join(self.choices)}), as in "
+                      f"kubectl; give the destination with -f/--out-file {value}", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 output_option = click.option("--output", "-o", "output", type=click.Choice(["text", "json"]), default="text",
                              show_default=True, help="text for people, json for tools (one document on stdout).")
 

@@ -87,7 +87,7 @@ def test_f5_incidents_lists_the_incident_and_warns_of_the_line(journal_with):
 
 def test_f5_rca_writes_the_report_and_warns_of_the_line(journal_with):
     path, _ = journal_with
-    result = CliRunner().invoke(main, ["rca", INCIDENT, "-o", "-"])
+    result = CliRunner().invoke(main, ["rca", INCIDENT, "-f", "-"])
     assert result.exit_code == 0, result.output
     assert f"{path}:3" in result.stderr and INCIDENT in result.stdout
 

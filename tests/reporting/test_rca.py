@@ -149,7 +149,7 @@ def test_planted_secrets_never_survive_either_format(tmp_path):
 def test_a_user_template_replaces_the_bundled_one(tmp_path):
     template = tmp_path / "mine.md.j2"
     template.write_text("{{ incident }}: {{ status }} after {{ timeline | length }} events\n")
-    result = invoke("rca", str(FIXTURE), "--template", str(template), "-o", "-")
+    result = invoke("rca", str(FIXTURE), "--template", str(template), "-f", "-")
     assert result.exit_code == 0
     assert re.fullmatch(r"\S+: resolved after \d+ events\n", result.stdout)
 
@@ -157,5 +157,5 @@ def test_a_user_template_replaces_the_bundled_one(tmp_path):
 def test_a_template_with_a_missing_value_is_a_clear_error(tmp_path):
     template = tmp_path / "bad.md.j2"
     template.write_text("{{ no_such_value }}\n")
-    result = invoke("rca", str(FIXTURE), "--template", str(template), "-o", "-")
+    result = invoke("rca", str(FIXTURE), "--template", str(template), "-f", "-")
     assert result.exit_code == 3 and "no_such_value" in result.stderr
