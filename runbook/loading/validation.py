@@ -8,6 +8,7 @@ steps and params, and every metric signal named against the signal catalog — a
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,6 +106,8 @@ def load_playbook_text(text: str, *, file: str, registry: Registry, catalog: Cat
                                 message=f"expected a mapping with name, title and steps, found {type(data).__name__}",
                                 hint="start the file with `name: my-playbook`"))
         return LoadResult(file, None, tuple(sorted(problems)))
+    data, bound_problems = _detect_bounds_from_params(data, doc.positions, file)
+    problems.extend(bound_problems)
     playbook: Playbook | None = None
     try:
         playbook = Playbook.model_validate(data)
@@ -114,6 +117,39 @@ def load_playbook_text(text: str, *, file: str, registry: Registry, catalog: Cat
     problems.extend(_check_signals(data, doc.positions, file, registry, catalog or catalog_in_effect()))
     problems = _dedupe(problems)
     return LoadResult(file, playbook if not problems else None, tuple(sorted(problems)))
+
+
+_PARAM_ONLY = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}$")
+
+
+def _detect_bounds_from_params(data: Mapping[str, Any], positions: Positions,
+                               file: str) -> tuple[Mapping[str, Any], list[Problem]]:
+    """`detect: {above: "{{ params.x }}"}` takes the param's default, once, when the playbook loads: one
+    number for the steps that use the param and for the detect that triage, the re-check and the
+    exported alert rule read."""
+    detect = data.get("detect")
+    if not isinstance(detect, Mapping):
+        return data, []
+    params = data.get("params") if isinstance(data.get("params"), Mapping) else {}
+    resolved, problems = dict(detect), []
+    for key in ("above", "below"):
+        value = detect.get(key)
+        found = _PARAM_ONLY.match(value.strip()) if isinstance(value, str) else None
+        if found is None:
+            continue
+        name = found.group(1)
+        default = params.get(name) if params else None
+        if isinstance(default, (int, float)) and not isinstance(default, bool):
+            resolved[key] = float(default)
+            continue
+        message = (f"param `{name}` is {default!r}, not a number: `{key}` takes its default when the playbook loads"
+                   if name in (params or {}) else f"no param `{name}` in this playbook's params")
+        problems.append(problem("bad-value", file=file, position=positions.value(("detect", key)),
+                                path=path_to_str(("detect", key)), message=message,
+                                hint=did_you_mean(name, params or {}) if name not in (params or {}) else
+                                "give the param a number as its default"))
+        resolved[key] = 0.0  # reported above; a number keeps the model's own checks quiet about it
+    return {**data, "detect": resolved}, problems
 
 
 def _dedupe(problems: list[Problem]) -> list[Problem]:
