@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from runbook.cli.output import FormatChoice, output_option, print_json, stderr_console, stdout_console
-from runbook.errors import InvalidInput
+from runbook.errors import InvalidInput, RunbookError
 
 
 @click.command()
@@ -53,9 +53,16 @@ def incidents(output: str) -> None:
 @click.option("--out", "legacy_out", default=None, hidden=True)
 @click.option("--template", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="A Jinja2 template to use instead of the bundled one.")
+@click.option("--force", is_flag=True,
+              help="Overwrite the report even where what people wrote in it cannot be carried over.")
 def rca(incident: str, fmt: str | None, legacy_fmt: str | None, out: str | None, legacy_out: str | None,
-        template: Path | None) -> None:
-    """Write the RCA report of INCIDENT (an id from `runbook incidents`, or a journal path)."""
+        template: Path | None, force: bool) -> None:
+    """Write the RCA report of INCIDENT (an id from `runbook incidents`, or a journal path).
+
+    Written again over an earlier report, it keeps what people wrote between the report's
+    `<!-- runbook:human begin NAME -->` and `<!-- runbook:human end NAME -->` markers; a report whose
+    text cannot be carried over that way is left as it is unless --force is given.
+    """
     from runbook.cli.state import state_directory
     from runbook.journal import incident_dir, read_journal
     from runbook.reporting.rca import render, write_report
@@ -83,5 +90,52 @@ def rca(incident: str, fmt: str | None, legacy_fmt: str | None, out: str | None,
         click.echo(render(read.events, fmt=fmt, template=template, with_charts=fmt == "html").text, nl=False)
         return
     target = Path(out) if out else path.parent / f"rca.{fmt}"
-    written = write_report(path, target, fmt=fmt, template=template)
+    earlier = None if force else _earlier_report(target)
+    if earlier is None:
+        written = write_report(path, target, fmt=fmt, template=template)
+    else:
+        from runbook.reporting.human_sections import carry_over
+
+        report = render(read.events, fmt=fmt, template=template)
+        merged = carry_over(earlier, report.text, where=str(target))  # refused before anything is written
+        written = _write(target, merged.text, report.charts if fmt == "md" else ())
+        if merged.kept:
+            click.echo(f"kept what people wrote in {target.name}: {', '.join(merged.kept)}", err=True)
     click.echo(str(written))
+
+
+def _earlier_report(target: Path) -> str | None:
+    """The text of the report already at `target`, or None when there is none; never read through a link."""
+    import os
+
+    from runbook import safe_fs
+
+    try:
+        fd = safe_fs.open_private(target, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise RunbookError(f"cannot read the earlier report {target}: {safe_fs.reason(exc)}") from None
+    with os.fdopen(fd, "rb") as file:
+        data = file.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{target} is not UTF-8 text, so what people wrote in it cannot be carried over; pass "
+                           "--force to overwrite it, or write the report elsewhere with -f FILE") from None
+
+
+def _write(target: Path, text: str, charts) -> Path:
+    """The report and its charts (beside it, as `write_report` places them), 0600, never through a link."""
+    from runbook import safe_fs
+    from runbook.reporting.rca import CHART_DIR
+
+    try:
+        safe_fs.write_private(safe_fs.private_dir(target.parent) / target.name, text.encode("utf-8"))
+        if charts:
+            folder = safe_fs.private_dir(target.parent / CHART_DIR)
+            for chart in charts:
+                safe_fs.write_private(folder / chart.filename, chart.png)
+    except OSError as exc:
+        raise RunbookError(f"cannot write the report {target}: {safe_fs.reason(exc)}") from None
+    return target
