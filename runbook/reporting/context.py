@@ -16,7 +16,8 @@ from typing import Any
 from runbook import redaction
 from runbook.model import events as ev
 from runbook.model.duration import format_duration
-from runbook.reporting import condition as alert_condition, impact, milestones as milestone_rows
+from runbook.reporting import condition as alert_condition, impact, improvements as improvement_lists
+from runbook.reporting import milestones as milestone_rows, summary
 from runbook.reporting.timeline import rows as timeline_rows
 from runbook.reporting.times import clock as _clock, relative
 from runbook.reporting.words import inline
@@ -159,45 +160,30 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
     peaks = impact.peaks(events, min(moments["onset"] or origin, origin) - dt.timedelta(minutes=10), last_at,
                          leave_out=headline["signal"] if headline else None)
     measured = _measured(applied, verified)
-    improvements = {h: list((run.get("improvements") or {}).get(h) or []) for h in ("short", "mid", "long")}
-    improvements["short"] = _prefilled(applied) + improvements["short"]
+    improvements = improvement_lists.by_horizon(
+        applied, [e.data.get("improvements") or {} for e in events if e.type == ev.RUN_STARTED])
     outcome = end.data.get("outcome") if end else "unfinished"
+    reason = end.data.get("reason") if end else "the journal ends without run.finished: the run was interrupted"
+    hints = list(run.get("root_cause_hints") or [])
     context = {
         "incident": first.incident, "playbook": run.get("playbook") or "?", "title": run.get("title") or run.get("playbook"),
         "severity": run.get("severity") or "?", "dry_run": bool(run.get("dry_run")),
         "date": origin.astimezone(dt.timezone.utc).strftime("%Y-%m-%d"),
-        "status": outcome, "reason": end.data.get("reason") if end else "the journal ends without run.finished: the run was interrupted",
+        "status": outcome, "reason": reason,
         "alert": {"name": alert.data.get("name"), "source": alert.data.get("source"),
                   "labels": inline(alert.data.get("labels") or {}), "clock": _clock(alert.at),
                   "summary": (alert.data.get("annotations") or {}).get("summary", "")} if alert else None,
-        "summary": _summary(alert, applied, verified, outcome, origin, refusals),
+        "summary": summary.write(events, moments=moments, impact=headline, hints=hints, outcome=outcome,
+                                 reason=reason, dry_run=bool(run.get("dry_run"))),
         "impact": headline, "peaks": peaks, "timeline": timeline, "milestones": milestones, "durations": durations, "durations_from": durations_from,
         "actions": actions, "refusals": refusals, "rollbacks": rollbacks, "escalations": escalations,
-        "evidence": evidence, "appendix": appendix, "root_cause_hints": list(run.get("root_cause_hints") or []),
+        "evidence": evidence, "appendix": appendix, "root_cause_hints": hints,
         "measured": measured, "improvements": improvements,
         "signals": [e.data.get("signal") for e in series_events],
-        "markers": _markers(events, origin),
+        "markers": _markers(events, origin, moments["onset"]),
     }
     # Second line of defence: the journal was redacted when written; redact again before rendering.
     return redaction.redact(context)
-
-
-def _summary(alert: ev.Event | None, applied: list[ev.Event], verified: list[ev.Event], outcome: str,
-             origin: dt.datetime, refusals: list[dict[str, Any]]) -> str:
-    parts = []
-    if alert is not None:
-        parts.append(f"Alert {alert.data.get('name')} fired at {_clock(alert.at)} UTC.")
-    if applied:
-        parts.append("The run " + "; ".join(f"{e.data.get('summary')} ({relative(e.at, origin)})" for e in applied) + ".")
-    else:
-        parts.append("No remediation was applied.")
-    if refusals:
-        parts.append("Refused: " + "; ".join(f"{r['step']} by guard {r['guard']} ({r['reason']})" for r in refusals) + ".")
-    if verified:
-        parts.append(f"Recovery was verified at {_clock(verified[-1].at)} UTC, "
-                     f"{format_duration((verified[-1].at - origin).total_seconds())} after the alert.")
-    parts.append(f"Outcome: {outcome}.")
-    return " ".join(parts)
 
 
 def _measured(applied: list[ev.Event], verified: list[ev.Event]) -> list[str]:
@@ -218,30 +204,19 @@ def _measured(applied: list[ev.Event], verified: list[ev.Event]) -> list[str]:
     return lines
 
 
-def _prefilled(applied: list[ev.Event]) -> list[str]:
-    out = []
-    for e in applied:
-        action, after, target = e.data.get("action"), e.data.get("after") or {}, e.data.get("target")
-        if action == "k8s.set_arg":
-            for flag, value in after.items():
-                out.append(f"Make `{flag}` {value} permanent in the manifest of {target} (it was patched live)")
-        elif action == "k8s.scale":
-            out.append(f"Scale {target} back to its normal replica count once stable (now {after.get('replicas')})")
-        elif action == "k8s.delete_pod":
-            out.append(f"Find why {', '.join(e.data.get('before', {}).get('pods', []))} hung (see the evidence)")
-        elif action == "node.kill_pids":
-            out.append(f"Find why PID {', '.join(map(str, after.get('pids', [])))} outlived its container")
-    return out
-
-
-def _markers(events: Sequence[ev.Event], origin: dt.datetime) -> list[dict[str, Any]]:
-    """Vertical lines for the charts: the alert, each action, each rollback, recovery."""
-    marks = [{"at": origin, "label": "alert", "kind": "alert"}]
+def _markers(events: Sequence[ev.Event], origin: dt.datetime, onset: dt.datetime | None) -> list[dict[str, Any]]:
+    """Vertical lines for the charts, numbered in time order: the onset, the alert, each change, each
+    rollback, recovery. The charts show the numbers; the report lists them (labels never overlap)."""
+    marks = [{"at": onset, "label": "onset", "kind": "onset"}] if onset is not None else []
+    marks.append({"at": origin, "label": "alert", "kind": "alert"})
     for e in events:
         if e.type == ev.ACTION_APPLIED:
-            marks.append({"at": e.at, "label": e.step or "action", "kind": "action"})
+            marks.append({"at": e.at, "label": f"{e.step or 'change'}: {e.data.get('summary')}", "kind": "action"})
         elif e.type == ev.ROLLBACK_APPLIED:
-            marks.append({"at": e.at, "label": f"rollback {e.step}", "kind": "rollback"})
+            marks.append({"at": e.at, "label": f"rollback of {e.step}", "kind": "rollback"})
         elif e.type == ev.VERIFY_PASSED:
-            marks.append({"at": e.at, "label": "recovered", "kind": "recovered"})
+            marks.append({"at": e.at, "label": f"recovered: {e.data.get('condition') or e.step}", "kind": "recovered"})
+    marks.sort(key=lambda m: m["at"])  # stable: at one instant, in the journal's order
+    for number, mark in enumerate(marks, 1):
+        mark.update(number=number, clock=_clock(mark["at"]))
     return marks

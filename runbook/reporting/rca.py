@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import functools
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import jinja2
 from jinja2.sandbox import SandboxedEnvironment
+from markupsafe import Markup
 
 from runbook import bundled, safe_fs
 from runbook.errors import InvalidInput, RunbookError
@@ -44,7 +46,21 @@ def _environment(fmt: Format, template: Path | None) -> tuple[jinja2.Environment
                                autoescape=fmt == "html", keep_trailing_newline=True, trim_blocks=True,
                                lstrip_blocks=True)
     env.filters["cell"] = lambda text: str(text).replace("|", "\\|").replace("\n", " ")
+    env.filters["md"] = _inline_markdown if fmt == "html" else str
     return env, name
+
+
+@functools.lru_cache(maxsize=1)
+def _markdown() -> Any:
+    from markdown_it import MarkdownIt
+
+    # Inline code, emphasis and backslash escapes only; raw HTML in the text is escaped, never passed.
+    return MarkdownIt("zero", {"html": False}).enable(["backticks", "emphasis", "escape"])
+
+
+def _inline_markdown(text: object) -> Markup:
+    """The journal's Markdown-flavoured text (`--max-model-len`, **bold**) as HTML, escaped."""
+    return Markup(_markdown().renderInline(str(text)))
 
 
 def render(events: Sequence[ev.Event], *, fmt: Format = "md", template: Path | None = None,
@@ -52,10 +68,11 @@ def render(events: Sequence[ev.Event], *, fmt: Format = "md", template: Path | N
     context = build_context(events)
     drawn = chart_drawing.draw_all(events, context["markers"]) if with_charts else []
     if fmt == "html":
-        context["charts"] = [{"signal": c.signal, "src": "data:image/png;base64," + base64.b64encode(c.png).decode()}
-                             for c in drawn]
+        context["charts"] = [{"signal": c.signal, "title": c.title,
+                              "src": "data:image/png;base64," + base64.b64encode(c.png).decode()} for c in drawn]
     else:
-        context["charts"] = [{"signal": c.signal, "src": f"{CHART_DIR}/{c.filename}"} for c in drawn]
+        context["charts"] = [{"signal": c.signal, "title": c.title, "src": f"{CHART_DIR}/{c.filename}"}
+                             for c in drawn]
     env, name = _environment(fmt, template)
     try:
         text = env.get_template(name).render(**context)
