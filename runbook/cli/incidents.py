@@ -1,45 +1,81 @@
 """`runbook incidents` and `runbook rca`: what happened, read back from the journals.
 
 Both read the state directory only; a torn or damaged line of a journal is skipped with a warning.
+Incidents are listed newest first by when they ran, one plain line each, so an id is never wrapped.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 from pathlib import Path
 
 import click
 
-from runbook.cli.output import FormatChoice, output_option, print_json, stderr_console, stdout_console
+from runbook.cli.output import FormatChoice, output_option, print_columns, print_json, stderr_console
 from runbook.errors import InvalidInput, RunbookError
 
 
-@click.command()
-@output_option
-def incidents(output: str) -> None:
-    """List incidents: id, playbook, started, outcome."""
-    from runbook.cli.state import state_directory
-    from runbook.journal import list_incidents
+def ran_at(summary) -> dt.datetime | None:
+    """When an incident ran, by the wall clock: a drill's events carry the scenario's virtual time,
+    so for a drill it is when its journal was last written."""
+    from runbook.journal import DRILL_PREFIX
 
+    if summary.id.startswith(DRILL_PREFIX) or summary.started is None:
+        try:
+            return dt.datetime.fromtimestamp(os.stat(summary.path).st_mtime, dt.timezone.utc).replace(microsecond=0)
+        except OSError:
+            return summary.started
+    return summary.started
+
+
+def _since(text: str | None) -> dt.datetime | None:
+    from runbook.cli.triage import parse_at
+
+    if text is None:
+        return None
+    try:
+        return parse_at(text)
+    except click.BadParameter as exc:
+        raise click.BadParameter(exc.message, param_hint="--since") from None
+
+
+@click.command()
+@click.option("--since", "since_text", default=None, metavar="TIME",
+              help="Only incidents that ran since TIME: ISO 8601, unix seconds, or how long ago (2h, 7d).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many, the newest.")
+@click.option("--no-drills", is_flag=True, help="Leave out drills (ids starting drill-).")
+@output_option
+def incidents(since_text: str | None, limit: int | None, no_drills: bool, output: str) -> None:
+    """List incidents, newest first by when they ran: id, playbook, ran (UTC), outcome."""
+    from runbook.cli.state import state_directory
+    from runbook.journal import DRILL_PREFIX, list_incidents
+
+    since = _since(since_text)
     state = state_directory(create=False)
     found = list_incidents(state)
     for warning in (w for i in found for w in i.warnings):
         stderr_console().print(f"warning: {warning}", markup=False)
+    oldest = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+    rows = sorted(((i, ran_at(i)) for i in found), key=lambda row: (row[1] or oldest, row[0].id), reverse=True)
+    if no_drills:
+        rows = [(i, ran) for i, ran in rows if not i.id.startswith(DRILL_PREFIX)]
+    if since is not None:
+        rows = [(i, ran) for i, ran in rows if ran is not None and ran >= since]
+    rows = rows[:limit] if limit else rows
     if output == "json":
         print_json([{"id": i.id, "playbook": i.playbook, "started": i.started.isoformat() if i.started else None,
-                     "outcome": i.outcome, "journal": str(i.path)} for i in found])
+                     "ran": ran.isoformat() if ran else None, "drill": i.id.startswith(DRILL_PREFIX),
+                     "outcome": i.outcome, "journal": str(i.path)} for i, ran in rows])
         return
-    if not found:
-        stderr_console().print(f"no incidents in {state}", markup=False)
+    if not rows:
+        since_note = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since is not None else ""
+        click.echo(f"no incidents in {state}{since_note}", err=True)
         return
-    from rich.table import Table
-
-    table = Table(show_edge=False, header_style="bold")
-    for column in ("id", "playbook", "started (UTC)", "outcome"):
-        table.add_column(column, overflow="fold")
-    for i in found:
-        table.add_row(i.id, i.playbook or "-", i.started.strftime("%Y-%m-%d %H:%M:%S") if i.started else "-",
-                      i.outcome or "-")
-    stdout_console().print(table)
+    # Plain columns, never wrapped: an id is copied whole from the terminal.
+    print_columns(["id", "playbook", "ran (UTC)", "outcome"],
+                  [[i.id, i.playbook or "-", f"{ran:%Y-%m-%d %H:%M:%S}" if ran else "-", i.outcome or "-"]
+                   for i, ran in rows])
 
 
 @click.command()
