@@ -22,9 +22,12 @@ PARAM_RULE = "names of letters, digits, '-', '_', '.', joined by '/', '=', ',' o
 
 
 def shown(value: str) -> str:
-    """The value as it can be printed safely: escaped, quoted, cut at 80 characters."""
-    escaped = value[:80].encode("unicode_escape").decode("ascii")
-    return repr(escaped) + ("…" if len(value) > 80 else "")
+    """The value as it can be printed safely: control characters escaped (once), quoted, cut at 80 characters.
+
+    A backslash that was typed stays one backslash: the text is shown as given, never as a Python repr.
+    """
+    escaped = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in value[:80])
+    return f"'{escaped}'" + ("…" if len(value) > 80 else "")
 
 
 def is_label_value(value: str) -> bool:

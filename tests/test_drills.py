@@ -106,8 +106,8 @@ def test_list_names_every_scenario():
 def test_text_output_shows_progress_and_paths():
     result = drill("oom-surge", "--yes")
     assert result.exit_code == 0
-    assert "scale statefulset/vllm-server 3 → 1" in result.stderr
-    assert "journal:" in result.stderr and "report:" in result.stderr
+    assert "scale statefulset/vllm-server 3 → 1" in result.stdout
+    assert "journal:" in result.stdout and "report:" in result.stdout
 
 
 def test_an_unknown_scenario_is_a_clear_error():

@@ -110,13 +110,25 @@ class Plan:
         for key in keys:
             old, new = self.before.get(key), self.after.get(key)
             if old == new:
-                lines.append(f"  {key}: {old}")
+                lines.append(f"  {key}: {plain(old)}")
             else:
                 if key in self.before:
-                    lines.append(f"- {key}: {old}")
+                    lines.append(f"- {key}: {plain(old)}")
                 if key in self.after:
-                    lines.append(f"+ {key}: {new}")
+                    lines.append(f"+ {key}: {plain(new)}")
         return lines
+
+
+def plain(value: Any) -> str:
+    """A value as people read it in a plan, never a Python repr: `a, b` for a list, `k=v k=v` for a
+    mapping of plain values, `name: …; name: …` for a mapping of lists or mappings."""
+    if isinstance(value, dict):
+        if all(not isinstance(v, (dict, list, tuple)) for v in value.values()):
+            return " ".join(f"{k}={v}" for k, v in value.items()) or "none"
+        return "; ".join(f"{k}: {plain(v)}" for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return ", ".join(plain(v) for v in value) or "none"
+    return str(value)
 
 
 class MissingBackend(InvalidInput):

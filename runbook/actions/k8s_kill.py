@@ -132,7 +132,7 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
 
     count = sum(len(v) for v in found.values())
     return Plan(target=target, namespace=namespace,
-                summary=f"send SIG{p.signal} to {count} process(es) matching {p.pattern!r} in {', '.join(found) or 'no pod'}",
+                summary=f"send SIG{p.signal} to {count} process(es) matching `{p.pattern}` in {', '.join(found) or 'no pod'}",
                 before={"processes": found}, after={"signal": p.signal, "pods": sorted(found)}, apply=apply,
                 ready_before=ready_now, ready_after=ready_now - sum(1 for n in found if by_name[n].ready),
                 touched=len(found), total=max(len(chosen), 1), noop=not found, server_dry_run=False)

@@ -33,6 +33,8 @@ COMMANDS = {
     "rules": ("runbook.cli.triage", "rules", "Export the playbooks' detect conditions as alerting rules."),
     "serve": ("runbook.cli.serve", "serve", "Receive PagerDuty and Alertmanager webhooks and run playbooks."),
     "approve": ("runbook.cli.serve", "approve", "Approve a proposed change of a webhook run; the server re-checks every guard."),
+    "version": ("runbook.cli.shell", "version", "Show runbook's version."),
+    "completion": ("runbook.cli.shell", "completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from runbook.cli.complete import action_names
 from runbook.cli.output import output_option, print_columns, print_json, stdout_console
 from runbook.errors import ExitCode, InvalidInput
 from runbook.loading import validation
@@ -96,7 +97,7 @@ def _param_rows(spec) -> list[dict]:
 
 
 @click.command()
-@click.argument("name", required=False)
+@click.argument("name", required=False, shell_complete=action_names)
 @output_option
 def actions(name: str | None, output: str) -> None:
     """List every action (or describe one) with its kind, documentation and params."""

@@ -1,19 +1,20 @@
 """`runbook drill SCENARIO`: a whole incident on a simulated world, from alert to RCA, in seconds.
 
-Shows live progress on stderr; `--output json` prints one document on stdout. The exit code is
-the run's (0 resolved or dry run, 4 refused, 130 interrupted, 1 otherwise), even when the output
-pipe closed under it; SIGINT/SIGTERM stop it at a safe point and roll back, SIGHUP is ignored.
+Shows live progress on stdout (prompts on stderr); `--output json` prints one document on stdout.
+The exit code is the run's (0 resolved or dry run, 4 refused, 130 interrupted, 1 otherwise), even
+when the output pipe closed under it; SIGINT/SIGTERM stop it at a safe point and roll back, SIGHUP is ignored.
 """
 
 from __future__ import annotations
 
 import click
 
-from runbook.cli.output import output_option, print_json, stderr_console
+from runbook.cli.complete import scenario_names
+from runbook.cli.output import output_option, print_json, progress_console, stderr_console
 
 
 @click.command()
-@click.argument("scenario", required=False)
+@click.argument("scenario", required=False, shell_complete=scenario_names)
 @click.option("--list", "list_", is_flag=True, help="List the bundled scenarios.")
 @click.option("--yes", "-y", is_flag=True, help="Approve every confirmation prompt (hard guards still apply).")
 @click.option("--dry-run", is_flag=True, envvar="RUNBOOK_DRY_RUN", help="Run the diagnostics; apply nothing.")
@@ -42,7 +43,7 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
     from runbook.engine.runner import default_operator_name
 
     check_scenario_name(scenario)  # a misspelled name: before the state directory is touched
-    console = stderr_console()
+    console = progress_console()  # what people read, on stdout; the prompts and errors go to stderr
     state = state_directory()
 
     def on_start(s, playbook, incident):
@@ -52,7 +53,8 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
 
     with run_signals() as caught:
         result = run_drill(scenario, state=state,
-                           operator=operator_for(yes=yes, by=operator_name or default_operator_name(), console=console),
+                           operator=operator_for(yes=yes, by=operator_name or default_operator_name(),
+                                                 console=stderr_console()),
                            dry_run=dry_run, on_event=LiveView(console) if output == "text" else None,
                            on_start=on_start, interrupted=caught.journaled)
     # Both print helpers fall silent on a closed stream: the exit code stays the run's.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from runbook.cli.complete import incident_ids
 from runbook.cli.output import FormatChoice, output_option, print_columns, print_json, stderr_console
 from runbook.errors import InvalidInput, RunbookError
 
@@ -79,7 +80,7 @@ def incidents(since_text: str | None, limit: int | None, no_drills: bool, output
 
 
 @click.command()
-@click.argument("incident")
+@click.argument("incident", shell_complete=incident_ids)
 @click.option("--output", "-o", "fmt", type=FormatChoice(["md", "html"]), default=None,
               help="The report's format [default: md]: Markdown links its charts (PNG files beside it); HTML is one "
                    "file with the charts inside.")

@@ -1,7 +1,9 @@
 """The only place that builds rich consoles and prints JSON documents.
 
-Data goes to stdout, progress and prompts to stderr; `--output json` prints exactly one JSON
-document on stdout, with no colour. A stream that closes (`| head`, a hung-up terminal) falls silent.
+What people read (data, a run's progress) goes to stdout; errors, warnings and prompts to stderr.
+`--output json` prints exactly one JSON document on stdout, with no colour. NO_COLOR (set and not
+empty, https://no-color.org) drops every style, bold and dim too. A stream that closes (`| head`, a
+hung-up terminal) falls silent.
 """
 
 from __future__ import annotations
@@ -28,17 +30,33 @@ output_option = click.option("--output", "-o", "output", type=click.Choice(["tex
                              show_default=True, help="text for people, json for tools (one document on stdout).")
 
 
+def _styles() -> dict[str, Any]:
+    from runbook import settings
+
+    # rich alone keeps bold, dim and underline under NO_COLOR; no colour system means no escape codes at all.
+    return {"color_system": None} if settings.environment().get("NO_COLOR") else {}
+
+
 def stderr_console():
+    """Errors, warnings and prompts."""
     from runbook.cli.quiet_console import QuietOnCloseConsole
 
     # soft_wrap: a long line stays one line in logs and pipes instead of breaking at 80 columns.
-    return QuietOnCloseConsole(stderr=True, highlight=False, soft_wrap=True)
+    return QuietOnCloseConsole(stderr=True, highlight=False, soft_wrap=True, **_styles())
 
 
 def stdout_console():
+    """Data: tables, lists, descriptions."""
     from runbook.cli.quiet_console import QuietOnCloseConsole
 
-    return QuietOnCloseConsole(highlight=False)
+    return QuietOnCloseConsole(highlight=False, **_styles())
+
+
+def progress_console():
+    """A run's progress on stdout, one line per event even past the terminal's width (logs, pipes)."""
+    from runbook.cli.quiet_console import QuietOnCloseConsole
+
+    return QuietOnCloseConsole(highlight=False, soft_wrap=True, **_styles())
 
 
 def print_columns(headers: list[str], rows: list[list[str]]) -> None:

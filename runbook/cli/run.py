@@ -13,9 +13,10 @@ from pathlib import Path
 
 import click
 
+from runbook.cli.complete import playbook_names
 from runbook.cli.options import connection_options, safety_options
 from runbook import intake_values
-from runbook.cli.output import output_option, print_json, stderr_console
+from runbook.cli.output import output_option, print_json, progress_console
 from runbook.errors import InvalidInput
 
 
@@ -90,7 +91,7 @@ def alert_from_file(path: str):
 
 
 @click.command()
-@click.argument("playbook")
+@click.argument("playbook", shell_complete=playbook_names)
 @click.option("--param", "-p", "params", multiple=True, help="A playbook param, key=value (repeatable).")
 @click.option("--alert", "alert_path", default=None, help="An alert JSON file ('-' for stdin) whose labels fill params.")
 @connection_options
@@ -123,5 +124,5 @@ def run(playbook: str, params: tuple[str, ...], alert_path: str | None, config_p
     if output == "json":
         print_json(result_document(result, journal))
     else:
-        stderr_console().print(f"journal: {journal}", markup=False, highlight=False)
+        progress_console().print(f"journal: {journal}", markup=False, highlight=False)
     raise SystemExit(result.exit_code)

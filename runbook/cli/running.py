@@ -24,12 +24,12 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
                  namespaces: Collection[str] | None = None) -> tuple[RunResult, str]:
     """Run and journal it; returns the result and the journal's path."""
     from runbook.cli.live import LiveView
-    from runbook.cli.output import stderr_console
+    from runbook.cli.output import progress_console, stderr_console
     from runbook.cli.prompt import operator_for
     from runbook.cli.signals import RunSignals, run_signals
     from runbook.cli.state import state_directory
 
-    console = stderr_console()
+    console = progress_console()  # the run's progress on stdout; prompts on stderr
     state = state_directory()
     clock = SystemClock()
     incident = journals.new_incident_id(clock.now(), playbook.name)
@@ -38,7 +38,7 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
         describe = getattr(world.cluster, "describe", None)
         console.print(f"[dim]incident {incident}" + (f"; {describe()}" if callable(describe) else "") + "[/]")
         journal.subscribe(LiveView(console))
-    operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=console)
+    operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=stderr_console())
     caught = RunSignals()
     engine = Engine(registry=load_builtin(), world=world, clock=clock, journal=journal, operator=operator,
                     locks=shared_state.target_locks(world, state),

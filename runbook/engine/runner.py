@@ -287,7 +287,7 @@ class Engine:
                 self._record(ev.STEP_STARTED, now, step=step.id, data={"uses": step.uses, "kind": kind})
                 return self._end(step, kind, "failed", f"`when` could not be evaluated: {exc}", {}, now)
             if not go:
-                return self._end(step, kind, "skipped", f"`when` is false: {step.when}", {}, now, started=False)
+                return self._end(step, kind, "skipped", f"`when` is false: `{step.when}`", {}, now, started=False)
         self._record(ev.STEP_STARTED, now, step=step.id, data={"uses": step.uses, "kind": kind,
                                                                  "name": step.name or ""})
         try:
