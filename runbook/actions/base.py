@@ -149,6 +149,7 @@ class StepContext:
     record_evidence: Callable[[Evidence], None]
     pool_size: int = 16
     interrupted: Callable[[], str | None] = lambda: None  # why the run must stop now (SIGINT…), or None
+    progress: Callable[[dict[str, Any]], None] = lambda update: None  # a live reading for the view; not journaled
 
     def evidence(self, kind: Any, title: str, **data: Any) -> None:
         self.record_evidence(Evidence(kind, title, data))

@@ -1,6 +1,7 @@
 """`flow.*`: the run's own control: verify a condition over time, leave a note, escalate.
 
-`flow.verify` sleeps only through the injected clock, so a drill's five minutes take none.
+`flow.verify` sleeps only through the injected clock, so a drill's five minutes take none; each
+reading goes to `ctx.progress` for a live view (the journal keeps them all in the step's evidence).
 """
 
 from __future__ import annotations
@@ -79,8 +80,11 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
         holds, seen, value = _condition(ctx, p, at)
         last_seen = seen
         readings.append([at, value, holds])
-        if holds:
-            held_since = held_since or at
+        held_since = (held_since or at) if holds else None
+        ctx.progress({"condition": condition, "seen": seen, "value": value, "holds": bool(holds),
+                      "held_for": (at - held_since).total_seconds() if held_since else 0.0, "for": p.for_,
+                      "left": max((deadline - at).total_seconds(), 0.0)})
+        if held_since is not None:
             if (at - held_since).total_seconds() >= p.for_:
                 ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
                 took = (at - start).total_seconds()
@@ -89,8 +93,6 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
                     f"{format_duration(took)} after the step began)",
                     condition=condition, held_since=held_since, passed_at=at, readings=len(readings),
                     recovered_after_seconds=(held_since - start).total_seconds())
-        else:
-            held_since = None
         if at >= deadline:
             break
         stop = ctx.interrupted()

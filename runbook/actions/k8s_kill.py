@@ -131,8 +131,12 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
         return {"signalled": signalled, "not_signalled": left}
 
     count = sum(len(v) for v in found.values())
+    killed_ready = sum(1 for n in found if by_name[n].ready)
     return Plan(target=target, namespace=namespace,
                 summary=f"send SIG{p.signal} to {count} process(es) matching `{p.pattern}` in {', '.join(found) or 'no pod'}",
-                before={"processes": found}, after={"signal": p.signal, "pods": sorted(found)}, apply=apply,
-                ready_before=ready_now, ready_after=ready_now - sum(1 for n in found if by_name[n].ready),
+                # Readiness before → after, as a delete shows it: a killed server is unready until it restarts.
+                before={"processes": found, "ready": f"{ready_now}/{len(chosen)}"},
+                after={"signal": p.signal, "pods": sorted(found),
+                       "ready": f"{ready_now - killed_ready}/{len(chosen)} until restarted"}, apply=apply,
+                ready_before=ready_now, ready_after=ready_now - killed_ready,
                 touched=len(found), total=max(len(chosen), 1), noop=not found, server_dry_run=False)

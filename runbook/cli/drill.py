@@ -51,11 +51,12 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
             console.print(f"[bold]drill[/] {s.name}: {s.description.strip()}", highlight=False)
             console.print(f"[dim]incident {incident}; virtual time starts {s.t0:%Y-%m-%d %H:%M:%S} UTC[/]")
 
+    view = LiveView(console) if output == "text" else None
     with run_signals() as caught:
         result = run_drill(scenario, state=state,
                            operator=operator_for(yes=yes, by=operator_name or default_operator_name(),
                                                  console=stderr_console()),
-                           dry_run=dry_run, on_event=LiveView(console) if output == "text" else None,
+                           dry_run=dry_run, on_event=view, on_progress=view.progress if view else None,
                            on_start=on_start, interrupted=caught.journaled)
     # Both print helpers fall silent on a closed stream: the exit code stays the run's.
     if output == "json":

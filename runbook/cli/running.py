@@ -34,17 +34,19 @@ def run_playbook(playbook: Playbook, world: World, *, alert: Alert | None, param
     clock = SystemClock()
     incident = journals.new_incident_id(clock.now(), playbook.name)
     journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
-    if live:
+    view = LiveView(console) if live else None
+    if view is not None:
         describe = getattr(world.cluster, "describe", None)
         console.print(f"[dim]incident {incident}" + (f"; {describe()}" if callable(describe) else "") + "[/]")
-        journal.subscribe(LiveView(console))
+        journal.subscribe(view)
     operator = operator_for(yes=yes, by=operator_name or default_operator_name(), console=stderr_console())
     caught = RunSignals()
     engine = Engine(registry=load_builtin(), world=world, clock=clock, journal=journal, operator=operator,
                     locks=shared_state.target_locks(world, state),
                     history=shared_state.history_for(world, state), dry_run=dry_run,
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
-                    interrupted=caught.journaled(journal, clock), namespaces=namespaces)
+                    interrupted=caught.journaled(journal, clock), namespaces=namespaces,
+                    progress=view.progress if view is not None else None)
     try:
         with run_signals(caught):  # SIGINT/SIGTERM stop at a safe point and roll back; SIGHUP is ignored
             result = engine.run(playbook, alert=alert, params=params)

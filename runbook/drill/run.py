@@ -75,8 +75,12 @@ def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = Fal
               on_event: Callable[[Event], None] | None = None, registry: Registry | None = None,
               on_start: Callable[[Scenario, Playbook, str], None] | None = None,
               interrupted: Callable[[journals.Journal, FakeClock], Callable[[], str | None]] | None = None,
+              on_progress: Callable[[str, dict], None] | None = None,
               ) -> DrillResult:
-    """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals)."""
+    """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals).
+
+    `on_progress(step, update)`: a step's live readings (a verify's value and time left), for a view.
+    """
     check_scenario_name(name)
     registry = registry or load_builtin()
     scenario = load_scenario(name)
@@ -92,7 +96,8 @@ def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = Fal
     engine = Engine(registry=registry, world=world.world_backends(), clock=clock, journal=journal,
                     operator=operator, locks=MemoryLocks(), history=journals.History(None, extra=journal),
                     dry_run=dry_run, kill_switch=lambda: settings.kill_switch(state), holder="runbook drill",
-                    interrupted=interrupted(journal, clock) if interrupted is not None else lambda: None)
+                    interrupted=interrupted(journal, clock) if interrupted is not None else lambda: None,
+                    progress=on_progress)
     alert = Alert(source=scenario.alert.source, name=scenario.alert.name, labels=dict(scenario.alert.labels),
                   annotations=dict(scenario.alert.annotations), starts_at=scenario.t0)
     try:

@@ -113,11 +113,13 @@ class Engine:
                  kill_switch: Callable[[], str | None] = lambda: None, holder: str = "runbook",
                  default_timeout: float = 30.0, pool_size: int = 16,
                  interrupted: Callable[[], str | None] = lambda: None,
-                 namespaces: Collection[str] | None = None):
+                 namespaces: Collection[str] | None = None,
+                 progress: Callable[[str, dict[str, Any]], None] | None = None):
         """`pool_size`: how many per-pod/per-node calls of one step run at once (StepContext.pool_size).
 
         `interrupted()`: why the run must stop (SIGINT, SIGTERM), or None; checked before each step
         and each apply. `namespaces`: where changes may be made (None: the playbook's own `namespace`).
+        `progress(step, update)`: a step's live readings (a verify's value and countdown), for a view only.
         """
         self.registry, self.world, self.clock, self.journal = registry, world, clock, journal
         self.operator, self.locks, self.history = operator, locks, history
@@ -126,6 +128,7 @@ class Engine:
         self.pool_size = pool_size
         self.interrupted = interrupted
         self.namespaces = namespaces
+        self.progress = progress
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -302,7 +305,7 @@ class Engine:
         ctx = StepContext(world=self.world, clock=self.clock, now=now, step_id=step.id, params=params,
                           dry_run=self.dry_run, timeout=step.timeout or self.default_timeout,
                           record_evidence=lambda e: self._evidence(step, e), pool_size=self.pool_size,
-                          interrupted=self.interrupted)
+                          interrupted=self.interrupted, progress=self._progress_of(step.id))
         if spec.kind is Kind.REMEDIATION:
             return self._remediate(playbook, step, spec.name, ctx, action_params, context, actions)
         if self.dry_run and step.uses in DRY_RUN_SKIPS:
@@ -322,6 +325,13 @@ class Engine:
         elif step.uses == "flow.escalate":
             self._record(ev.ESCALATED, now, step=step.id, data={"reason": result.summary, **result.result})
         return self._end(step, kind, result.status, result.summary, result.result, now)
+
+    def _progress_of(self, step_id: str) -> Callable[[dict[str, Any]], None]:
+        def tell(update: dict[str, Any]) -> None:
+            if self.progress is not None:
+                self.progress(step_id, update)
+
+        return tell
 
     def _remember_signal(self, action_params: Any) -> None:
         """Note the metric signals a step read, for the report's charts.
