@@ -85,6 +85,13 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
     Each delivery is verified, journaled and deduplicated before the 2xx; runs happen in the
     background. Diagnostics always run; a change is applied only where the config's
     `webhook.policy.unattended` allows that step, and is otherwise proposed for `runbook approve`.
+
+    \b
+    Paths:
+      POST /webhooks/alertmanager   Alertmanager v4 (Authorization: Bearer TOKEN)
+      POST /webhooks/pagerduty      PagerDuty V3 (X-PagerDuty-Signature)
+      GET  /healthz, /readyz, /metrics
+      GET  /proposals, /proposals/INCIDENT/STEP; POST /proposals/INCIDENT/STEP/approve
     """
     import uvicorn
 
@@ -115,7 +122,8 @@ def serve(host: str, port: int, playbook_paths: tuple[str, ...], pagerduty_secre
         service = Service(config=webhook, secrets=secrets, state=state, world=world, playbooks=books,
                           coordination=shared, namespaces=config.namespaces())
         click.echo(f"runbook serve: {len(books)} playbook(s), state {state}, "
-                   f"coordination {describe_coordination(shared)}, http://{host}:{port} ({secrets!r})", err=True)
+                   f"coordination {describe_coordination(shared)}, http://{host}:{port}; receiving "
+                   f"{_receiving(secrets)}", err=True)
         uvicorn.run(create_app(service), host=host, port=port, log_level=log_level, lifespan="on")
     finally:
         close_world(world)
@@ -217,3 +225,11 @@ def approve(incident: str, step: str, server: str, operator_name: str | None, to
         raise Refused("approval", f"{step} was {state}: {body.get('result') or ''}")
     if state == "failed":
         raise RunbookError(f"{step} failed: {body.get('result') or ''}")
+
+
+def _receiving(secrets) -> str:
+    """Which senders are enabled, in words, and how many approval tokens: never a secret."""
+    enabled = [name for name, on in (("Alertmanager at /webhooks/alertmanager", secrets.alertmanager),
+                                     ("PagerDuty at /webhooks/pagerduty", secrets.pagerduty)) if on]
+    approvals = f"{len(secrets.operators)} operator token(s) for approvals" if secrets.operators else "no approvals"
+    return f"{' and '.join(enabled) or 'no webhook (set a secret or token)'}; {approvals}"

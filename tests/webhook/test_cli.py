@@ -48,3 +48,23 @@ def test_approve_against_the_server(tmp_path, monkeypatch):
         assert "applied" in result.output
         # The token is bound to alice, so the server records alice whatever the caller claims.
         assert srv.service.proposal(incident, "scale-down")["by"] == "alice"
+
+
+def test_the_startup_line_says_what_is_received_in_words_never_a_repr():
+    from runbook.cli.serve import _receiving
+    from runbook.webhook.settings import OperatorToken, Secrets
+
+    both = Secrets(pagerduty=(b"s" * 20,), alertmanager=("t" * 20,), operators=(OperatorToken("alice", "o" * 20),))
+    assert _receiving(both) == ("Alertmanager at /webhooks/alertmanager and PagerDuty at /webhooks/pagerduty; "
+                                "1 operator token(s) for approvals")
+    assert _receiving(Secrets(alertmanager=("t" * 20,))) == "Alertmanager at /webhooks/alertmanager; no approvals"
+    assert "Secrets(" not in _receiving(both) and "t" * 20 not in _receiving(both)
+
+
+def test_serve_help_documents_the_webhook_paths():
+    from click.testing import CliRunner
+
+    from runbook.cli import main
+
+    out = CliRunner().invoke(main, ["serve", "--help"]).output
+    assert "POST /webhooks/alertmanager" in out and "POST /webhooks/pagerduty" in out and "/readyz" in out
