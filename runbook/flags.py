@@ -479,6 +479,10 @@ def plan_flag_change(
     else:
         after = _format_number(clamp_value(before, value=value, floor=floor, ceiling=ceiling))
 
+    if "$" in after or "`" in after:
+        # Written out, it would read back as computed elsewhere (and be refused from then on).
+        raise FlagError(f"{flag}: the new value {after!r} holds `$` or a backtick and would read as computed "
+                        "by the shell; write the value out")
     if not occurrence.prefix and not _is_value(after):
         # Written as its own word, "-x" would be read back as the next option, not as the value.
         raise FlagError(
