@@ -17,7 +17,7 @@ import click
 
 from runbook import settings
 from runbook.cli.options import connection_options, metrics_options, safety_options
-from runbook.cli.output import output_option, print_json, stderr_console, stdout_console
+from runbook.cli.output import output_option, print_json, stdout_console
 from runbook.errors import ExitCode, InvalidInput
 
 _AGO = re.compile(r"^-?\s*(?P<d>[0-9][0-9a-z.]*)(\s+ago)?$")
@@ -160,12 +160,12 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
                 why = "not running anything: Prometheus could not be read, and runbook does not act blind"
             else:
                 why = "nothing fires, so there is nothing to run (name one with --playbook)"
-            stderr_console().print(why, markup=False)
+            stdout_console().print(why, markup=False)
         raise SystemExit(report.exit_code)
     if output != "json":
         _print_report(report, views, metrics)
         why = "chosen with --playbook" if playbook_name else "the top match"
-        stderr_console().print(f"\nrunning {chosen.name} ({why})" + (", dry run" if dry_run else ""), markup=False)
+        stdout_console().print(f"\nrunning {chosen.name} ({why})" + (", dry run" if dry_run else ""), markup=False)
     finding = next((f for f in report.findings if f.playbook == chosen.name), None)
     _run(chosen, finding, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes,
          dry_run, operator_name, output)
@@ -210,7 +210,7 @@ def _run(playbook, finding, document: dict[str, Any], config, params: dict[str, 
     if output == "json":
         print_json({"triage": document, "run": running.result_document(result, journal)})
     else:
-        stderr_console().print(f"journal: {journal}", markup=False, highlight=False)
+        stdout_console().print(f"journal: {journal}", markup=False, highlight=False)
     raise SystemExit(result.exit_code)
 
 

@@ -132,3 +132,11 @@ def test_item12_a_refused_value_is_shown_with_its_own_backslashes_not_doubled():
     assert result.stderr == ("Error: --param workload='sts\\x' is not a safe value (names of letters, digits, '-', "
                              "'_', '.', joined by '/', '=', ',' or ':'; at most 253); a value is data, never a "
                              "template or a command: put anything else in the playbook\n")
+
+
+def test_item12_triage_says_why_it_runs_nothing_on_stdout():
+    # nothing listens on port 9 of loopback: Prometheus cannot be read, and triage must not act blind
+    result = runbook("triage", "--run", "--prometheus-url", "http://127.0.0.1:9")
+    assert result.exit_code == 11, result.stdout + result.stderr
+    assert "not running anything: Prometheus could not be read" in result.stdout
+    assert "not running anything" not in result.stderr
