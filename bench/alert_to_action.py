@@ -40,7 +40,7 @@ AM_TOKEN = "bench-alertmanager-token-0123456789"
 PLAYBOOK = """
 name: bench-oom
 title: OOM surge, lowered unattended
-match: {alerts: [VllmOomSurge], labels: {namespace: namespace, statefulset: name}}
+match: {alerts: [VllmOomSurge], labels: {namespace: namespace, name: statefulset}}  # param: alert label
 params: {namespace: llm, name: vllm-00}
 steps:
   - id: oom-by-pod

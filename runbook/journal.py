@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import stat
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -293,6 +294,57 @@ COUNTED_TYPES = frozenset({ev.ACTION_APPLIED, "action.unknown"})
 MTIME_MARGIN = dt.timedelta(minutes=5)
 
 
+@dataclasses.dataclass
+class _Counted:
+    """What one journal held that guards count, read up to `offset` (the end of its last whole line)."""
+
+    file: tuple[int, int]  # (st_dev, st_ino): a journal replaced by another file is read afresh
+    offset: int = 0
+    events: list[ev.Event] = dataclasses.field(default_factory=list)
+
+
+_COUNTED: dict[Path, _Counted] = {}
+_COUNTED_LOCK = threading.Lock()
+
+
+def counted_events(path: Path) -> list[ev.Event]:
+    """The events of a journal that cooldowns and budgets count, reading only what was appended since
+    the last call in this process (journals only grow); a bad line is skipped, as `read_journal` does.
+
+    Every guard check reads every journal written within its window: with a few dozen incidents in
+    the last hour, reading each whole on each check cost more than the change it guards.
+    """
+    path = Path(path)
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
+    with _COUNTED_LOCK:
+        entry = _COUNTED.get(path)
+        if entry is None or entry.file != (info.st_dev, info.st_ino) or info.st_size < entry.offset:
+            entry = _Counted((info.st_dev, info.st_ino))
+        if info.st_size > entry.offset:
+            try:
+                with open(path, "rb") as handle:
+                    handle.seek(entry.offset)
+                    chunk = handle.read(info.st_size - entry.offset)
+            except OSError as exc:
+                raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
+            whole = chunk.rfind(b"\n") + 1  # a torn last line is read once it is complete
+            for line in chunk[:whole].split(b"\n"):
+                if not any(type.encode() in line for type in COUNTED_TYPES):
+                    continue  # most lines: no need to parse them
+                try:
+                    event = ev.parse_line(line)
+                except ValueError:
+                    continue
+                if event.type in COUNTED_TYPES:
+                    entry.events.append(event)
+            entry.offset += whole
+        _COUNTED[path] = entry
+        return list(entry.events)
+
+
 class History:
     """Applied actions across every incident's journal: what cooldowns and budgets count."""
 
@@ -319,7 +371,7 @@ class History:
             # Only a journal written to since the window opened can hold an application inside it
             # (such a journal is read whole). Drills act on a simulated world on virtual time: they
             # never count against real targets.
-            sources.extend(read_journal(p).events for p in journal_paths(self.state, modified_since=since - MTIME_MARGIN)
+            sources.extend(counted_events(p) for p in journal_paths(self.state, modified_since=since - MTIME_MARGIN)
                            if not p.parent.name.startswith(DRILL_PREFIX))
         if self.extra is not None:
             sources.append(self.extra.events())

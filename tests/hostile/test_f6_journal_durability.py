@@ -94,13 +94,13 @@ def _journal(state: Path, incident: str, *, at: dt.datetime, written: dt.datetim
 def read_paths(monkeypatch) -> list[Path]:
     """Which journals History reads (the real reader still answers)."""
     seen: list[Path] = []
-    real = journals.read_journal
+    real = journals.counted_events
 
-    def read_journal(path):
+    def counted_events(path):
         seen.append(Path(path))
         return real(path)
 
-    monkeypatch.setattr(journals, "read_journal", read_journal)
+    monkeypatch.setattr(journals, "counted_events", counted_events)
     return seen
 
 

@@ -1,0 +1,62 @@
+"""The guards' history reads each journal once and then only what was appended (issue 17, alert to action).
+
+A journal only grows: a torn last line is taken once it is complete, a journal replaced by another
+file is read afresh, and what is counted is what `read_journal` would have counted.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from runbook.journal import History, JsonlJournal, counted_events, read_journal
+from runbook.model import events as ev
+
+AT = dt.datetime(2026, 3, 14, 3, 12, tzinfo=dt.timezone.utc)
+
+
+def applied(journal: JsonlJournal, minutes: int, target: str = "llm/statefulset/vllm") -> None:
+    journal.record(ev.ACTION_APPLIED, at=AT + dt.timedelta(minutes=minutes), step="s",
+                   data={"action": "k8s.scale", "target": target})
+
+
+def test_appended_applications_are_seen_and_nothing_is_counted_twice(tmp_path):
+    path = tmp_path / "incidents" / "inc-1" / "journal.jsonl"
+    journal = JsonlJournal(path, incident="inc-1", run="r1")
+    journal.record(ev.RUN_STARTED, at=AT, data={"playbook": "p"})
+    applied(journal, 1)
+    assert [e.seq for e in counted_events(path)] == [2]
+    journal.record(ev.NOTE, at=AT, data={"message": "x"})
+    applied(journal, 2)
+    assert [e.seq for e in counted_events(path)] == [2, 4]
+    assert [e.seq for e in counted_events(path)] == [2, 4]
+    every = [e for e in read_journal(path).events if e.type in ("action.applied", "action.unknown")]
+    assert counted_events(path) == every
+    history = History(tmp_path)
+    assert len(history.records("llm/statefulset/vllm", since=AT)) == 2
+    journal.close()
+
+
+def test_a_torn_last_line_counts_once_it_is_complete(tmp_path):
+    path = tmp_path / "journal.jsonl"
+    line = json.dumps({"seq": 1, "at": "2026-03-14T03:13:00.000Z", "incident": "i", "run": "r",
+                       "type": "action.applied", "step": "s", "data": {"action": "a", "target": "t"}},
+                      separators=(",", ":"))
+    path.write_bytes(line[:40].encode())
+    assert counted_events(path) == []
+    path.write_bytes(line.encode() + b"\n")
+    assert [e.seq for e in counted_events(path)] == [1]
+
+
+def test_a_journal_replaced_by_another_file_is_read_afresh(tmp_path):
+    path = tmp_path / "incidents" / "inc-2" / "journal.jsonl"
+    first = JsonlJournal(path, incident="inc-2", run="r1")
+    applied(first, 1)
+    applied(first, 2)
+    first.close()
+    assert len(counted_events(path)) == 2
+    path.unlink()
+    second = JsonlJournal(path, incident="inc-2", run="r2")
+    applied(second, 3)
+    second.close()
+    assert [e.run for e in counted_events(path)] == ["r2"]
