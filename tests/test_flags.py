@@ -194,6 +194,7 @@ def test_setting_a_value_is_idempotent(case: Case, value: object) -> None:
 @given(cases(), st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=1))
 def test_a_string_value_reads_back_and_leaves_every_other_word_alone(case: Case, value: str) -> None:
     assume(not value.startswith("-"))
+    assume("$" not in value and "`" not in value)  # refused: it would read back as computed (tested below)
     change = plan_flag_change(case.command, case.args, case.flag, value=value)
     assert find_flag(change.command, change.args, case.flag) == value
     old, new = list(case.command + case.args), list(change.command + change.args)
