@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from runbook.errors import BackendUnavailable, CommandFailed, InvalidInput, NotFound
+from runbook.errors import BackendUnavailable, CommandFailed, NotFound
 from tests.conftest import data_text
 from tests.kubernetes.apiserver.kubelet import ExecAnswer
 
@@ -83,13 +83,24 @@ def test_a_slow_handshake_counts_against_the_deadline(k8s, cluster):
 
 
 def test_refusals_before_the_stream_say_why(k8s, cluster):
-    with pytest.raises(InvalidInput, match="no container 'sidecar'.*containers: vllm"):
+    with pytest.raises(NotFound, match="container sidecar is not valid for pod vllm-server-0"):
         cluster.exec("llm", "vllm-server-0", "sidecar", ["true"], timeout=5)
     with pytest.raises(NotFound):
         cluster.exec("llm", "vllm-server-9", "vllm", ["true"], timeout=5)
     k8s.set_pod("llm", "vllm-server-2", phase="Succeeded")
     with pytest.raises(CommandFailed, match="Succeeded"):
         cluster.exec("llm", "vllm-server-2", "vllm", ["true"], timeout=5)
+    k8s.set_pod("llm", "vllm-server-2", phase="Pending")
+    with pytest.raises(CommandFailed, match=r'HTTP 400.*container not found \("vllm"\)'):
+        cluster.exec("llm", "vllm-server-2", "vllm", ["true"], timeout=5)
+
+
+def test_an_exec_asks_the_api_once_per_pod(k8s, cluster):
+    """The exec's own answer says whether the pod and container exist: no read of the pod first."""
+    k8s.kubelet.script(["true"], ExecAnswer())
+    before = len(k8s.seen)
+    cluster.exec("llm", "vllm-server-0", "vllm", ["true"], timeout=5)
+    assert [(s.verb, s.resource) for s in k8s.seen[before:]] == [("create", "pods/exec")]
 
 
 def test_a_forbidden_exec_names_the_missing_permission(k8s, cluster):

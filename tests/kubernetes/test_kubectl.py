@@ -1,5 +1,7 @@
 """The realism check: the installed kubectl works against the test API server, as runbook's
-ServiceAccount (discovery, server-side printing, the scale subresource, exec over WebSocket)."""
+ServiceAccount (discovery, server-side printing, the scale subresource, its refusals), and as an
+on-call person's own identity for exec and logs (kubectl reads the pod first; runbook does not,
+so its Role has no `get` on pods)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,16 @@ import subprocess
 import pytest
 
 from tests.kubernetes.apiserver.kubelet import ExecAnswer
+from tests.kubernetes.apiserver.server import ADMIN_TOKEN
 
 
 @pytest.fixture
-def run_kubectl(kubectl, kubeconfig, tmp_path):
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "--context", "runbook-test", "-n", "llm",
+def run_kubectl(k8s, kubectl, kubeconfig, tmp_path):
+    person = k8s.kubeconfig(tmp_path / "person-kubeconfig", token=ADMIN_TOKEN)
+
+    def run(*args: str, check: bool = True, as_person: bool = False) -> subprocess.CompletedProcess:
+        config = person if as_person else kubeconfig
+        done = subprocess.run([kubectl, "--kubeconfig", str(config), "--context", "runbook-test", "-n", "llm",
                                "--request-timeout=20s", *args], capture_output=True, text=True, timeout=60,
                               env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
         if check:
@@ -48,16 +54,19 @@ def test_scale_statefulset_goes_through_the_scale_subresource(k8s, run_kubectl):
 def test_exec_nvidia_smi_and_exit_codes(k8s, run_kubectl):
     k8s.kubelet.script(["nvidia-smi"], ExecAnswer(stdout="| NVIDIA-SMI 590.48.01 |\n"))
     k8s.kubelet.script(["sh", "-c", "exit 3"], ExecAnswer(stderr="three\n", exit_code=3))
-    assert run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "nvidia-smi").stdout == "| NVIDIA-SMI 590.48.01 |\n"
-    failed = run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "sh", "-c", "exit 3", check=False)
+    assert run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "nvidia-smi",
+                       as_person=True).stdout == "| NVIDIA-SMI 590.48.01 |\n"
+    failed = run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "sh", "-c", "exit 3", check=False, as_person=True)
     assert failed.returncode == 3 and "three" in failed.stderr
-    missing = run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "nvidia-debugdump", check=False)
+    missing = run_kubectl("exec", "vllm-server-0", "-c", "vllm", "--", "nvidia-debugdump", check=False,
+                          as_person=True)
     assert missing.returncode != 0 and "executable file not found" in missing.stderr
 
 
 def test_logs_and_rbac_refusals_read_as_from_a_real_server(k8s, run_kubectl):
     k8s.kubelet.log("llm", "vllm-server-0", "vllm", "INFO:     Started server process [7]")
-    assert run_kubectl("logs", "vllm-server-0", "-c", "vllm").stdout == "INFO:     Started server process [7]\n"
+    assert run_kubectl("logs", "vllm-server-0", "-c", "vllm",
+                       as_person=True).stdout == "INFO:     Started server process [7]\n"
     denied = run_kubectl("get", "statefulsets", check=False)  # runbook's Role has no `list` on workloads
     assert denied.returncode == 1
     assert denied.stderr.strip() == ('Error from server (Forbidden): statefulsets.apps is forbidden: User '

@@ -22,6 +22,8 @@ from runbook.errors import BackendUnavailable, CommandFailed, NotFound, RunbookE
 
 MAX_OUTPUT = 4 * 1024 * 1024  # characters kept per stream; the rest is counted as truncated
 GRACE = 0.5  # seconds past the deadline for the worker to notice it and hang up
+# The API server's 400 for a container the pod does not have (not one that is only not running yet).
+_NO_SUCH_CONTAINER = re.compile(r"^container \S+ is not valid for pod ")
 
 
 @dataclasses.dataclass
@@ -51,12 +53,15 @@ def _handshake(exc: BaseException) -> tuple[int | None, str]:
     text = str(getattr(exc, "reason", "") or exc)
     status = re.search(r"Handshake status (\d{3})", text)
     message = ""
-    body = re.search(r"-\+-\+- (b'.*')\s*$", text, re.S)
+    # websocket-client appends the refused upgrade's body after its headers, as bytes (b'…') or text.
+    body = re.search(r"-\+-\+- (b'.*'|\{\"kind\".*\})\s*$", text, re.S)
     if body:
         try:
             import json
 
-            message = json.loads(ast.literal_eval(body.group(1)).decode("utf-8", "replace")).get("message", "")
+            raw = body.group(1)
+            data = ast.literal_eval(raw).decode("utf-8", "replace") if raw.startswith("b'") else raw
+            message = json.loads(data).get("message", "")
         except (ValueError, SyntaxError, AttributeError):
             message = ""
     return (int(status.group(1)) if status else None), message or re.sub(r"\s+", " ", text)[:300]
@@ -157,6 +162,8 @@ class Executor:
             return BackendUnavailable(f"exec `{shown}` in {where}: {message}; runbook's identity needs `get` and "
                                       "`create` on pods/exec (see deploy/rbac.yaml)")
         if status == 404:
+            return NotFound(f"exec `{shown}` in {where}: {message}")
+        if status == 400 and _NO_SUCH_CONTAINER.search(message):
             return NotFound(f"exec `{shown}` in {where}: {message}")
         if status is not None:
             return CommandFailed(f"exec `{shown}` in {where} was refused (HTTP {status}): {message}")

@@ -472,6 +472,8 @@ class ApiServerApp:
             phase = pod.get("status", {}).get("phase")
             if phase in ("Succeeded", "Failed"):
                 raise ApiError.bad_request(f"cannot exec into a container in a completed pod; current phase is {phase}")
+            if phase == "Pending":  # scheduled or not, no container of it runs yet: the kubelet has none to attach to
+                raise ApiError.bad_request(f'unable to upgrade connection: container not found ("{container}")')
             offered = ws.scope.get("subprotocols") or []
             protocol = next((p for p in offered if p in CHANNEL_PROTOCOLS), None)
             if protocol is None:
