@@ -13,13 +13,14 @@ protocol: TLS, the official client, exec over WebSocket) holding a StatefulSet o
 nodes, injecting `--latency` seconds before answering every request. Then, timed:
 `triage.evaluate` of the bundled playbooks, and `oom-surge` run by the Engine in dry-run with its
 remediation and control steps skipped (the diagnostics: four Prometheus queries, the pods, and
-`nvidia-smi -q -d MEMORY` exec'd in every pod with OOM failures).
+`nvidia-smi -q -d MEMORY` exec'd in every pod with OOM failures), through the run's end (each
+signal's history around the incident, queried and journaled for the RCA charts).
 
 Figures:
 - wall time (the median of 3 runs) vs the critical-path bound: the Kubernetes round trips that depend on one another
   (every non-exec request, as the actions make them one after another) plus the exec fan-out's
   rounds, times the latency. With a pool of P the fan-out of N pods takes ⌈N/P⌉ rounds; the
-  bound with an unlimited pool (one round) is printed too. Target: wall ≤ 1.5 × the bound
+  bound with an unlimited pool (one round) is printed too. Target: wall ≤ 1.2 × the bound
   (pool P). Prometheus answers on loopback without injected latency: it adds to the wall time,
   not to the bound.
 - the serial time (pool size 1), for contrast;
@@ -69,7 +70,7 @@ from tests.prometheus.conftest import PrometheusServer  # noqa: E402
 from tests.prometheus.data import DAY, Line, Scenario, openmetrics  # noqa: E402
 
 NODES = 16
-TARGET_RATIO = 1.5
+TARGET_RATIO = 1.2
 FIRST_DAY = dt.datetime(2026, 5, 4, 3, 12, 7, tzinfo=dt.timezone.utc)
 NVIDIA_SMI = ["nvidia-smi", "-q", "-d", "MEMORY"]
 
@@ -217,7 +218,7 @@ class TimedJournal(MemoryJournal):
 class Run:
     pods: int
     pool: int
-    wall: float  # triage + the diagnostic steps
+    wall: float  # triage + the diagnostic steps + the run's end (the signal history)
     triage: float
     diagnostics: float  # the diagnostic steps
     history: float  # the run's end: each signal's history around the incident, journaled for the RCA charts
@@ -225,7 +226,7 @@ class Run:
     server_cpu: float  # CPU seconds of the test API server's process over the whole run
     sequential_requests: int  # one after another, outside the fan-out
     execs: int  # pods exec'd into (the fan-out's targets)
-    chain: int  # dependent requests per target inside the fan-out (GET the pod, then exec)
+    chain: int  # dependent requests per target inside the fan-out (the exec alone, since issue 17)
     peak_bytes: int | None = None
     steps: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (step id, seconds), run order
 
@@ -270,15 +271,15 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
     gpu = next(e for e in journal.events() if e.type == "step.finished" and e.step == "gpu-memory")
     if gpu.data.get("status") != "ok":
         raise SystemExit(f"the gpu-memory step did not run cleanly: {gpu.data} ({result.outcome})")
-    # The audit log says which requests depend on which: those about one exec'd pod (its GET, then
-    # the exec) are that pod's chain inside the fan-out; every other request comes one after another.
+    # The audit log says which requests depend on which: those about one exec'd pod (any read of it,
+    # then the exec) are that pod's chain inside the fan-out; every other request comes one after another.
     seen = api.seen
     exec_pods = {s.name for s in seen if s.resource == "pods/exec"}
     per_pod = [s for s in seen if s.name in exec_pods and s.resource in ("pods", "pods/exec") and s.verb != "list"]
     diagnosed = max(journal.finished_at.values())  # the last step (the remediations are skipped at once)
-    return Run(pods=pods, pool=pool, wall=diagnosed - started, triage=triaged - started,
+    return Run(pods=pods, pool=pool, wall=finished - started, triage=triaged - started,
                diagnostics=diagnosed - triaged, history=finished - diagnosed,
-               cpu=cpu * (diagnosed - started) / (finished - started), server_cpu=server_cpu,
+               cpu=cpu, server_cpu=server_cpu,
                steps=[(step, at_end - at_start) for (step, at_end), at_start in
                       zip(journal.finished_at.items(), [triaged, *journal.finished_at.values()])
                       if step not in skip],
@@ -327,17 +328,15 @@ def main(argv: list[str] | None = None) -> int:
             failed |= not met
             print(f"fleet {args.pods} pods on {NODES} nodes, {lat * 1000:g} ms per API request, pool {pool}: "
                   f"{main_run.sequential_requests} requests one after another + {main_run.execs} pods × "
-                  f"{main_run.chain} dependent requests (GET pod, exec) in ⌈{main_run.execs}/{pool}⌉ = "
+                  f"{main_run.chain} dependent request(s) (the exec) in ⌈{main_run.execs}/{pool}⌉ = "
                   f"{main_run.rounds(pool)} rounds → {main_run.sequential_requests + main_run.rounds(pool) * main_run.chain}"
                   f" round trips on the critical path")
             print(f"fleet runs {', '.join(f'{r.wall:.2f}s' for r in runs)}; the median:")
             print(f"fleet wall {main_run.wall:.2f}s (triage {main_run.triage:.2f}s, diagnostics "
-                  f"{main_run.diagnostics:.2f}s) vs critical-path bound {bound:.2f}s: {ratio:.2f}× "
+                  f"{main_run.diagnostics:.2f}s, the run's end {main_run.history:.2f}s) vs critical-path bound "
+                  f"{bound:.2f}s: {ratio:.2f}× "
                   f"(target ≤ {TARGET_RATIO}×) {'met' if met else 'NOT met'}")
             print("fleet steps: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in main_run.steps))
-            print(f"fleet the run's end, not in the figure above: signal history for the RCA charts "
-                  f"{main_run.history:.2f}s (whole run {main_run.wall + main_run.history:.2f}s = "
-                  f"{(main_run.wall + main_run.history) / bound:.2f}× the bound)")
             print(f"fleet client CPU ≈ {main_run.cpu:.2f}s over the {main_run.wall:.2f}s "
                   f"({main_run.cpu / main_run.wall:.0%} of the wall time); the test API server's process (one Python "
                   f"event loop: TLS, WebSocket) {main_run.server_cpu:.2f}s; {nproc} cores")

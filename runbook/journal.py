@@ -49,6 +49,8 @@ def new_run_id() -> str:
 
 def _jsonable(value: Any) -> Any:
     """Plain JSON types only: datetimes as ISO strings, tuples as lists, dataclasses as dicts."""
+    if type(value) is redaction.SeriesPoints:  # checked when built: strings and finite numbers
+        return value
     if isinstance(value, dt.datetime):
         return ev.iso_ms(value)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["REDACTED", "looks_secret", "redact", "redact_text"]
+__all__ = ["REDACTED", "SeriesPoints", "looks_secret", "redact", "redact_text"]
 
 REDACTED = "[REDACTED]"
 
@@ -313,9 +313,29 @@ def _rebuild(value: Any, items: Any) -> Any:
         return items
 
 
+class SeriesPoints(list):
+    """A metric series' `[time, value]` pairs, checked when built to hold only journal timestamps
+    and finite numbers, so nothing in them can be a secret: `redact` passes them through whole
+    (a run's end journals thousands of points; walking each for secrets was most of its cost)."""
+
+    def __init__(self, points: Any = ()):
+        pairs = [[at, value] for at, value in points]
+        for at, value in pairs:
+            if type(at) is not str or not _JOURNAL_TIME.fullmatch(at):
+                raise ValueError(f"a series point's time must be a journal timestamp, not {at!r}")
+            if type(value) not in (int, float) or value != value or value in (float("inf"), float("-inf")):
+                raise ValueError(f"a series point's value must be a finite number, not {value!r}")
+        super().__init__(pairs)
+
+
+_JOURNAL_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
 def redact(value: Any) -> Any:
     """`value` with secrets replaced: dicts by key (keys kept), lists/tuples/sets item by item
     (same type back), strings through `redact_text`; anything else is returned unchanged."""
+    if type(value) is SeriesPoints:
+        return value
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):

@@ -262,3 +262,31 @@ def test_other_values_unchanged() -> None:
     assert redact(marker) is marker
     assert redact(3.5) == 3.5
     assert redact(None) is None
+
+
+def test_series_points_hold_only_times_and_numbers_and_pass_through_whole():
+    """The run's end journals thousands of chart points: checked once when built, never walked."""
+    from runbook.redaction import SeriesPoints
+
+    points = SeriesPoints([("2026-05-04T03:12:07.000Z", 1.5), ["2026-05-04T03:12:37.000Z", 2]])
+    assert redact({"series": [{"points": points}]})["series"][0]["points"] is points
+    assert points == [["2026-05-04T03:12:07.000Z", 1.5], ["2026-05-04T03:12:37.000Z", 2]]
+    for bad in [("Bearer abcdefghijklmnop", 1.0), ("2026-05-04T03:12:07.000Z", "hf_abcdefghijklmnopqrstu"),
+                ("2026-05-04T03:12:07.000Z", float("nan")), ("2026-05-04T03:12:07.000Z", float("inf")),
+                ("2026-05-04T03:12:07.000Z", True)]:
+        with pytest.raises(ValueError):
+            SeriesPoints([bad])
+
+
+def test_series_points_reach_the_journal_file_as_plain_pairs(tmp_path):
+    import json
+
+    from runbook.journal import JsonlJournal
+    from runbook.redaction import SeriesPoints
+    import datetime as dt
+
+    journal = JsonlJournal(tmp_path / "i" / "journal.jsonl", incident="i", run="r")
+    journal.record("evidence", at=dt.datetime(2026, 5, 4, tzinfo=dt.timezone.utc),
+                   data={"series": [{"labels": {"pod": "p"}, "points": SeriesPoints([("2026-05-04T00:00:00.000Z", 3.0)])}]})
+    line = json.loads((tmp_path / "i" / "journal.jsonl").read_text().splitlines()[-1])
+    assert line["data"]["series"][0]["points"] == [["2026-05-04T00:00:00.000Z", 3.0]]

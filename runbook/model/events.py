@@ -45,8 +45,8 @@ TYPES = frozenset(v for k, v in dict(globals()).items() if k.isupper() and isins
 
 def iso_ms(at: dt.datetime) -> str:
     """UTC with milliseconds and a Z, the one timestamp form of the journal."""
-    at = at.astimezone(dt.timezone.utc)
-    return at.strftime("%Y-%m-%dT%H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
+    # isoformat, not strftime: a few times faster, and series points are written by the thousand.
+    return at.astimezone(dt.timezone.utc).replace(tzinfo=None).isoformat(timespec="milliseconds") + "Z"
 
 
 def parse_iso(text: str) -> dt.datetime:
