@@ -66,6 +66,8 @@ class Runs:
     incident_lock: Callable[[str, str], contextlib.AbstractContextManager[None]] = \
         lambda incident, holder: contextlib.nullcontext()
     namespaces: Collection[str] | None = None  # kubernetes.namespaces; None: each playbook's own
+    # Told of every run whose outcome is recorded (the note back to PagerDuty); it must not raise.
+    after_run: Callable[[IncidentRow, RunResult], None] = lambda row, result: None
 
     def handle(self, incident: str) -> None:
         try:
@@ -95,6 +97,11 @@ class Runs:
             log.exception("incident %s: the run could not finish", row.id)
             self.store.set_state(row.id, "error", self.clock.now().timestamp(), outcome=f"error: {exc}"[:500])
             self.metrics.runs.labels("error").inc()
+            return
+        try:
+            self.after_run(row, result)
+        except Exception:
+            log.exception("incident %s: what follows the run failed", row.id)
 
     def closed(self, incident: str) -> bool:
         row = self.store.incident(incident)

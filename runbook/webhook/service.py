@@ -23,7 +23,7 @@ from runbook.errors import JournalError
 from runbook.model.playbook import Playbook
 from runbook.registry import Registry
 from runbook.actions import load_builtin
-from runbook.webhook import records
+from runbook.webhook import pagerduty_notes, records
 from runbook.backends.coordination import Coordination
 from runbook.webhook.coordination import LocalCoordination
 from runbook.webhook.inbound import Delivery
@@ -75,6 +75,10 @@ class Service:
                          playbooks=self.playbooks, policy=config.policy, metrics=self.metrics, owner=self.owner,
                          kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock,
                          namespaces=namespaces)
+        self.notes = pagerduty_notes.Notes.configured(settings=config.pagerduty_notes, secrets=secrets,
+                                                      store=self.store, state=self.state, clock=self.clock)
+        if self.notes is not None:
+            self.runs.after_run = self.notes.run_ended
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
                              backlog_limit=config.queue_size, coordination=self.coordination)
         self._sweeper_enabled = sweeper
@@ -95,6 +99,8 @@ class Service:
             log.warning("incident %s was left running by %s; recovering it", row.id, row.owner)
             self.store.set_state(row.id, "interrupted", at)
         self.worker.start()
+        if self.notes is not None:
+            self.notes.start()  # first the notes a crash left owed
         self.sweep()
         if self._sweeper_enabled:
             self._sweeper = threading.Thread(target=self._sweep_loop, name="runbook-webhook-sweeper", daemon=True)
@@ -106,6 +112,8 @@ class Service:
             log.warning("runs still going after %gs; they will be recovered at the next start", timeout)
         if self._sweeper is not None:
             self._sweeper.join(timeout=5)
+        if self.notes is not None:
+            self.notes.stop(timeout=5)  # a note left unsent is owed, and sent at the next start
 
     def kill_switch(self) -> str | None:
         return settings.kill_switch(self.state, self.env)
@@ -180,6 +188,8 @@ class Service:
         for row in self.store.runnable():
             if not self.worker.offer(row.id):
                 break
+        if self.notes is not None:
+            self.notes.sweep()
         if now.timestamp() - self._last_purge > 3600 or self._last_purge > now.timestamp():
             forgotten = self.store.forget_keys_before(now.timestamp() - self.config.dedupe_retention)
             self.coordination.forget(forgotten)

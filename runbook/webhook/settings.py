@@ -21,6 +21,7 @@ from runbook.model.duration import Duration
 PAGERDUTY_SECRET_ENV = "RUNBOOK_PAGERDUTY_SECRET"
 ALERTMANAGER_TOKEN_ENV = "RUNBOOK_ALERTMANAGER_TOKEN"
 OPERATOR_TOKEN_ENV = "RUNBOOK_OPERATOR_TOKEN"
+PAGERDUTY_API_TOKEN_ENV = "RUNBOOK_PAGERDUTY_API_TOKEN"  # REST API key for notes back to the incident
 HOURS_48 = 48 * 3600.0
 OPERATOR_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,63}$")
 
@@ -55,6 +56,21 @@ class Policy(_Strict):
         return step in self.unattended.get(playbook, ())
 
 
+class PagerDutyNotes(_Strict):
+    """Notes back to the PagerDuty incident a run came from; on when RUNBOOK_PAGERDUTY_API_TOKEN is set."""
+
+    # PagerDuty requires `From: <a valid user's email>` on notes and incident updates made with an account key.
+    from_email: str | None = pydantic.Field(None, pattern=r"^[^@\s,;<>\"']+@[^@\s,;<>\"']+$", max_length=254)
+    api_url: str = pydantic.Field("https://api.pagerduty.com", pattern=r"^https://[A-Za-z0-9.-]+(:[0-9]{1,5})?/?$")
+    ca_file: str | None = None  # a CA bundle for a TLS-intercepting egress proxy; default: the system's
+    resolve: bool = False  # also resolve the PagerDuty incident when the run resolved it
+    attempts: int = pydantic.Field(6, ge=1, le=20)  # per request, on 429, 5xx and connection errors
+    backoff: Duration = pydantic.Field(2.0, gt=0)  # doubled after each failed attempt
+    max_backoff: Duration = pydantic.Field(60.0, gt=0)
+    timeout: Duration = pydantic.Field(10.0, gt=0, le=120)
+    max_chars: int = pydantic.Field(4000, ge=500, le=25000)  # PagerDuty takes up to 25000
+
+
 class WebhookConfig(_Strict):
     routes: list[RouteRule] = []
     policy: Policy = Policy()
@@ -67,6 +83,7 @@ class WebhookConfig(_Strict):
     # A run still going after this long holds its worker stuck (a backend that never answers): /readyz says so.
     # The default outlasts the longest bundled run (oom-surge observes for up to 15m, then may roll back).
     worker_deadline: Duration = pydantic.Field(1800.0, gt=0)
+    pagerduty_notes: PagerDutyNotes = PagerDutyNotes()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,10 +97,11 @@ class Secrets:
     pagerduty: tuple[bytes, ...] = ()
     alertmanager: tuple[str, ...] = ()
     operators: tuple[OperatorToken, ...] = ()
+    pagerduty_api: str | None = None  # REST API token for notes back to PagerDuty
 
     def __repr__(self) -> str:  # counts only: a secret must never reach a log line
         return (f"Secrets(pagerduty={len(self.pagerduty)}, alertmanager={len(self.alertmanager)}, "
-                f"operators={len(self.operators)})")
+                f"operators={len(self.operators)}, pagerduty_api={'set' if self.pagerduty_api else 'unset'})")
 
 
 def _split(text: str) -> list[str]:
@@ -118,4 +136,5 @@ def load_secrets(env: Mapping[str, str] | None = None, *, pagerduty_file: str | 
     for token in [*am, *(o.token for o in operators)]:
         if len(token) < 16:
             raise InvalidInput("a webhook or operator token must be at least 16 characters long")
-    return Secrets(tuple(s.encode("utf-8") for s in pd), tuple(am), tuple(operators))
+    api_token = env.get(PAGERDUTY_API_TOKEN_ENV, "").strip() or None
+    return Secrets(tuple(s.encode("utf-8") for s in pd), tuple(am), tuple(operators), api_token)

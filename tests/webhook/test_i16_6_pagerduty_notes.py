@@ -1,0 +1,394 @@
+"""The note back to PagerDuty (issue 16, item 6): one note per run, with the outcome, over real HTTPS.
+
+A local HTTPS server on 127.0.0.1 stands in for api.pagerduty.com and checks each request as the
+REST API v2 documents it; the webhook server runs on fakes and a fake clock, so backoff takes no time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import http.server
+import json
+import ssl
+import threading
+from pathlib import Path
+
+import pytest
+
+from runbook.clock import FakeClock
+from runbook.engine.runner import RunResult, StepOutcome
+from runbook.errors import NotConfigured
+from runbook.model import events as ev
+from runbook.webhook import pagerduty_notes
+from runbook.webhook.settings import PagerDutyNotes, Policy, RouteRule, WebhookConfig, load_secrets
+from runbook.webhook.store import IncidentRow
+from tests.conftest import reference_text
+from tests.webhook.helpers import journal, pd_event, pd_headers, request, secrets, serve
+
+TOKEN = "y_NbAkKc66ryYTWUXYEu"
+FROM = "oncall-bot@example.com"
+ACCEPT = "application/vnd.pagerduty+json;version=2"
+
+
+# -- a stand-in for api.pagerduty.com ----------------------------------------------------------
+
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1: the client talks TLS to it as to PagerDuty."""
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+            .sign(key, hashes.SHA256()))
+    cert_file, key_file = folder / "pd.crt", folder / "pd.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_file, key_file
+
+
+class FakePagerDuty:
+    """Notes and incidents in memory; `script[(method, kind)]` lists the statuses to answer first."""
+
+    def __init__(self, folder: Path):
+        self.cert, key = _certificate(folder)
+        self.notes: dict[str, list[dict]] = {}
+        self.resolved: list[str] = []
+        self.requests: list[tuple[str, str]] = []
+        self.violations: list[str] = []
+        self.script: dict[tuple[str, str], list[int]] = {}
+        self.lose_answer = threading.Event()  # store the next note, then answer nothing until released
+        self.release = threading.Event()
+        self._lock = threading.Lock()
+        fake = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                fake._serve(self, "GET")
+
+            def do_POST(self):
+                fake._serve(self, "POST")
+
+            def do_PUT(self):
+                fake._serve(self, "PUT")
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=10)
+
+    def settings(self, **changes) -> PagerDutyNotes:
+        return PagerDutyNotes(**{"from_email": FROM, "api_url": self.url, "ca_file": str(self.cert), **changes})
+
+    def posted(self, incident: str) -> list[dict]:
+        return [n for n in self.notes.get(incident, []) if n["content"]]
+
+    def _check(self, handler, method: str, body: bytes):
+        # What the REST API v2 documents for every call: the token, the version in Accept, JSON bodies, From.
+        headers = handler.headers
+        want = {"Authorization": f"Token token={TOKEN}", "Accept": ACCEPT}
+        if method in ("POST", "PUT"):
+            want.update({"Content-Type": "application/json", "From": FROM})
+        for name, value in want.items():
+            if headers.get(name) != value:
+                self.violations.append(f"{method} {handler.path}: {name} is {headers.get(name)!r}, not {value!r}")
+        if method in ("POST", "PUT"):
+            try:
+                return json.loads(body)
+            except ValueError:
+                self.violations.append(f"{method} {handler.path}: the body is not JSON")
+        return None
+
+    def _serve(self, handler, method: str):
+        length = int(handler.headers.get("Content-Length") or 0)
+        body = handler.rfile.read(length) if length else b""
+        parts = handler.path.strip("/").split("/")
+        kind = "notes" if len(parts) == 3 and parts[0] == "incidents" and parts[2] == "notes" else \
+            "incident" if len(parts) == 2 and parts[0] == "incidents" else "other"
+        with self._lock:
+            self.requests.append((method, handler.path))
+            doc = self._check(handler, method, body)
+            scripted = self.script.get((method, kind)) or []
+            status = scripted.pop(0) if scripted else None
+        if status is not None:
+            return self._answer(handler, status, {"error": {"message": "scripted", "code": 2020}})
+        if kind == "notes" and method == "POST":
+            note = doc.get("note") if isinstance(doc, dict) else None
+            if set(doc or {}) != {"note"} or not isinstance(note, dict) or set(note) != {"content"} \
+                    or not isinstance(note["content"], str):
+                self.violations.append(f"POST {handler.path}: the body is not {{'note': {{'content': str}}}}: {doc}")
+                return self._answer(handler, 400, {"error": {"message": "Invalid Input Provided", "code": 2001}})
+            with self._lock:
+                stored = {"id": f"PN{len(self.requests):05d}", "content": note["content"],
+                          "created_at": "2026-03-14T03:20:00Z",
+                          "user": {"id": "PXPGF42", "type": "user_reference", "summary": FROM}}
+                self.notes.setdefault(parts[1], []).append(stored)
+            if self.lose_answer.is_set():
+                self.lose_answer.clear()
+                self.release.wait(15)  # the client's read timeout ends it first
+                return
+            return self._answer(handler, 201, {"note": stored})
+        if kind == "notes" and method == "GET":
+            return self._answer(handler, 200, {"notes": list(self.notes.get(parts[1], []))})
+        if kind == "incident" and method == "PUT":
+            incident = doc.get("incident") if isinstance(doc, dict) else None
+            if incident != {"type": "incident_reference", "status": "resolved"}:
+                self.violations.append(f"PUT {handler.path}: unexpected body {doc}")
+                return self._answer(handler, 400, {"error": {"message": "Invalid Input Provided", "code": 2001}})
+            self.resolved.append(parts[1])
+            return self._answer(handler, 200, {"incident": {"id": parts[1], "type": "incident", "status": "resolved"}})
+        self.violations.append(f"unexpected {method} {handler.path}")
+        return self._answer(handler, 404, {"error": {"message": "Not Found", "code": 2100}})
+
+    @staticmethod
+    def _answer(handler, status: int, doc: dict):
+        raw = json.dumps(doc).encode()
+        try:
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(raw)))
+            handler.end_headers()
+            handler.wfile.write(raw)
+        except (BrokenPipeError, ConnectionResetError, ssl.SSLError):
+            pass
+
+
+@pytest.fixture
+def pd(tmp_path):
+    fake = FakePagerDuty(tmp_path)
+    yield fake
+    fake.close()
+
+
+@pytest.fixture
+def state(tmp_path):
+    return tmp_path / "state"
+
+
+def with_token(token: str | None = TOKEN):
+    return dataclasses.replace(secrets(), pagerduty_api=token)
+
+
+def config(pd: FakePagerDuty, *, policy: Policy = Policy(), routes=(), **notes) -> WebhookConfig:
+    return WebhookConfig(workers=2, policy=policy, routes=list(routes), pagerduty_notes=pd.settings(**notes))
+
+
+def deliver(srv, body: bytes, *, status: int = 202, **kwargs):
+    reply = request(srv.url, "POST", "/webhooks/pagerduty", body, pd_headers(body, **kwargs))
+    assert reply.status == status, reply.body
+    srv.wait_idle()
+    assert srv.service.notes.wait_idle(20), "the note was not posted in time"
+    return reply
+
+
+def pd_notes(state: Path, incident: str) -> list[ev.Event]:
+    return [e for e in journal(state, incident) if e.type == ev.NOTE and "pagerduty" in e.data]
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+def test_a_run_that_proposes_posts_one_note_with_the_outcome(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+    assert pd.violations == []
+    [note] = pd.posted("PGR0VU2")
+    content = note["content"]
+    assert "playbook test-oom ended PROPOSED" in content
+    assert "- oom: " in content  # the finding
+    assert "proposed, waiting for approval: scale-down (k8s.scale)" in content
+    assert f"runbook approve {incident} scale-down" in content
+    assert f"Incident journal: {incident}" in content and f"runbook rca {incident}" in content
+    events = journal(state, incident)
+    finished = [e.seq for e in events if e.type == ev.RUN_FINISHED]
+    [posted] = pd_notes(state, incident)
+    assert posted.seq > finished[-1]  # posted after the outcome was journaled
+    run = [e.run for e in events if e.type == ev.RUN_FINISHED][-1]
+    assert posted.data["pagerduty"] == {"incident": "PGR0VU2", "run": run, "state": "posted", "note": note["id"]}
+    assert content.endswith(f"runbook run {run}")
+    assert pd.resolved == []  # resolving is off by default
+
+
+def test_a_duplicate_delivery_posts_nothing_more(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        body = pd_event()
+        deliver(srv, body)
+        again = deliver(srv, body, status=200)  # PagerDuty retried the same delivery
+        assert again.body["duplicate"] is True
+    assert len(pd.posted("PGR0VU2")) == 1
+    assert [m for m, _ in pd.requests] == ["POST"]
+
+
+def test_no_token_no_note_and_no_request(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token(None)) as srv:
+        assert srv.service.notes is None
+        reply = request(srv.url, "POST", "/webhooks/pagerduty", pd_event(), pd_headers(pd_event()))
+        assert reply.status == 202
+        srv.wait_idle()
+        incident = reply.body["alerts"][0]["incident"]
+        assert journal(state, incident)[-1].type == ev.RUN_FINISHED
+    assert pd.requests == []
+
+
+def test_429_then_201_retries_after_a_backoff_on_the_clock(state, pd):
+    pd.script[("POST", "notes")] = [429]
+    clock = FakeClock(dt.datetime(2026, 3, 14, 3, 12, 7, tzinfo=dt.timezone.utc))
+    with serve(state, config=config(pd, backoff=3.0), secrets_=with_token(), clock=clock) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+    assert pd.violations == []
+    assert len(pd.posted("PGR0VU2")) == 1
+    # the 429 said nothing was created: sent again at once after the wait, without looking first
+    assert [m for m, _ in pd.requests] == ["POST", "POST"]
+    assert 3.0 in clock.slept
+    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted"]
+
+
+def test_5xx_until_the_attempts_run_out_is_journaled_and_the_run_keeps_its_outcome(state, pd):
+    pd.script[("POST", "notes")] = [503, 502, 500]
+    with serve(state, config=config(pd, attempts=3, backoff=1.0), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        assert srv.service.store.incident(incident).state == "proposed"
+    assert pd.posted("PGR0VU2") == [] and len(pd.requests) == 3
+    [failed] = pd_notes(state, incident)
+    assert failed.data["pagerduty"]["state"] == "failed" and "500" in failed.data["message"]
+
+
+def test_a_refusal_is_not_retried(state, pd):
+    pd.script[("POST", "notes")] = [404]
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+    assert len(pd.requests) == 1
+    assert pd_notes(state, incident)[0].data["pagerduty"]["state"] == "failed"
+
+
+def test_a_lost_answer_is_looked_for_before_sending_again(state, pd):
+    pd.lose_answer.set()  # PagerDuty stores the note, the answer never arrives
+    with serve(state, config=config(pd, timeout=1.0), secrets_=with_token()) as srv:
+        deliver(srv, pd_event())
+    assert [m for m, _ in pd.requests] == ["POST", "GET"]
+    assert len(pd.posted("PGR0VU2")) == 1
+
+
+def test_resolving_is_a_config_choice(state, pd):
+    policy = Policy(unattended={"test-oom": ["scale-down"]})  # the run applies and resolves
+    with serve(state, config=config(pd, policy=policy, resolve=True), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+    assert pd.violations == []
+    [note] = pd.posted("PGR0VU2")
+    assert "ended RESOLVED" in note["content"] and "applied: scale-down" in note["content"]
+    assert pd.resolved == ["PGR0VU2"]
+    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "resolved"]
+
+
+def test_a_restart_does_not_post_twice(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        [owed] = [n for n in [srv.service.notes.note(incident, e.data["pagerduty"]["run"])
+                              for e in pd_notes(state, incident)] if n]
+        # As a crash right after the POST would leave it: sent, its answer not recorded.
+        srv.service.notes._set(owed, state="sending")
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        assert srv.service.notes.wait_idle(20)
+        assert srv.service.notes.note(incident, owed.run).state == "posted"
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        assert srv.service.notes.wait_idle(20)
+    assert len(pd.posted("PGR0VU2")) == 1
+    assert [m for m, _ in pd.requests] == ["POST", "GET"]
+
+
+def test_a_note_owed_when_the_server_stopped_is_posted_at_the_next_start(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        run = pd_notes(state, incident)[0].data["pagerduty"]["run"]
+        # As a crash before the POST would leave it: queued, never sent.
+        srv.service.notes._set(srv.service.notes.note(incident, run), state="pending")
+    pd.notes.clear()
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        assert srv.service.notes.wait_idle(20)
+    assert len(pd.posted("PGR0VU2")) == 1
+    assert [m for m, _ in pd.requests] == ["POST", "POST"]  # never sent: no need to look first
+
+
+def test_the_reference_incident_object_routes_by_service_and_gets_its_note(state, pd):
+    data = json.loads(reference_text("pagerduty/pagerduty-v3-event-data-incident-object-devdocs.json"))
+    body = json.dumps({"event": {"id": "01DEN1HNLBC1VITK192ETHS2CW", "event_type": "incident.triggered",
+                                 "resource_type": "incident", "occurred_at": "2026-03-14T03:12:07.000Z",
+                                 "agent": None, "client": None, "data": data}}).encode()
+    rule = RouteRule(playbook="test-oom", source="pagerduty", service=data["service"]["id"])
+    with serve(state, config=config(pd, routes=[rule]), secrets_=with_token()) as srv:
+        deliver(srv, body)
+    assert pd.violations == []
+    assert len(pd.posted(data["id"])) == 1
+
+
+def test_an_alertmanager_run_posts_no_note(state, pd):
+    from tests.webhook.helpers import am_group, am_headers
+
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        assert request(srv.url, "POST", "/webhooks/alertmanager", am_group(), am_headers()).status == 202
+        srv.wait_idle()
+        assert srv.service.notes.wait_idle(10)
+    assert pd.requests == []
+
+
+def test_a_token_without_a_from_email_is_refused_with_the_fix(state, pd):
+    with pytest.raises(NotConfigured, match=r"webhook\.pagerduty_notes\.from_email"):
+        with serve(state, config=WebhookConfig(pagerduty_notes=PagerDutyNotes()), secrets_=with_token()):
+            pass
+
+
+def test_the_token_comes_from_the_environment_and_never_shows():
+    found = load_secrets({"RUNBOOK_PAGERDUTY_API_TOKEN": TOKEN})
+    assert found.pagerduty_api == TOKEN and TOKEN not in repr(found)
+    assert load_secrets({}).pagerduty_api is None
+
+
+def test_a_plain_http_api_url_is_refused():
+    with pytest.raises(ValueError, match="api_url"):
+        PagerDutyNotes(from_email=FROM, api_url="http://api.pagerduty.com")
+
+
+def _row(source: str = "pagerduty", fingerprint: str = "PGR0VU2") -> IncidentRow:
+    return IncidentRow(id="20260314-031207-test-oom", source=source, source_key=f"pd|{fingerprint}", playbook="test-oom",
+                       params={}, alert={"fingerprint": fingerprint}, state="done", job="first", owner=None,
+                       outcome="resolved", opened=0.0, updated=0.0, closed=None)
+
+
+def test_the_note_is_bounded_redacted_and_keeps_its_marker(tmp_path):
+    steps = tuple(StepOutcome(f"q{n}", "prom.query", "diagnostic", "ok", f"finding {n} " + "x" * 200, {})
+                  for n in range(40))
+    steps += (StepOutcome("env", "shell.run", "diagnostic", "ok", "token=ghp_abcdefghijklmnopqrstuvwxyz0123456789", {}),)
+    result = RunResult("20260314-031207-test-oom", "r-1", "test-oom", "resolved", "verified", steps, ())
+    text = pagerduty_notes.compose(_row(), result, tmp_path, max_chars=1000)
+    assert len(text) <= 1000
+    assert text.endswith("runbook run r-1") and "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in text
+    full = pagerduty_notes.compose(_row(), result, tmp_path, max_chars=25000)
+    assert "and 29 more findings" in full and "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in full
+
+
+@pytest.mark.parametrize("row", [_row(source="alertmanager"), _row(fingerprint="../../users")], ids=["alertmanager", "bad-id"])
+def test_only_a_checked_pagerduty_incident_id_reaches_the_url(row):
+    assert pagerduty_notes.pd_incident_of(row) is None
+
