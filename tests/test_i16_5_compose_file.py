@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook.actions.compose_file import ComposeFileError, plan_compose_flag, service_command, sha256
+from runbook.compose_file import ComposeFileError, plan_compose_flag, service_command, sha256
 from runbook.flags import FlagError
 
 LIST_FORM = """\
