@@ -22,8 +22,8 @@ MAX_COMPOSE_BYTES = 96 * 1024  # the new text travels as one argv word: Linux ca
 _PLAIN_SAFE = re.compile(r"[A-Za-z0-9_./=:-]+")
 
 
-class ComposeFileError(InvalidInput):
-    """The compose file cannot be changed as asked (no such service, no command, a form we do not rewrite)."""
+# The compose file cannot be changed as asked (no such service, no command, a form not rewritten): bad input.
+ComposeFileError = InvalidInput
 
 
 @dataclasses.dataclass(frozen=True)
