@@ -128,6 +128,24 @@ class Workload:
 
 
 @dataclasses.dataclass(frozen=True)
+class TrafficRoute:
+    """What sends requests to a version (issue 16, item 3): a Service's selector, an ingress-nginx
+    canary Ingress's weight, or a Gateway API HTTPRoute's backend weights."""
+
+    kind: str  # service | ingress | httproute
+    name: str
+    namespace: str
+    selector: Mapping[str, str] = dataclasses.field(default_factory=dict)  # a Service's spec.selector
+    weights: Mapping[str, int] = dataclasses.field(default_factory=dict)  # ingress: {backend: canary-weight};
+    #   httproute: {backend Service: weight}, summed over its rules' backendRefs
+    resource_version: str = ""  # the version this view was read at: changes are made conditional on it
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclasses.dataclass(frozen=True)
 class NodeInfo:
     name: str
     ready: bool
@@ -200,6 +218,17 @@ class Cluster(Protocol):
 
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
         """Delete only if the pod still has this uid (a replacement with the same name is spared)."""
+        ...
+
+    def get_route(self, namespace: str, kind: str, name: str) -> TrafficRoute:
+        """A Service, an ingress-nginx canary Ingress or an HTTPRoute, as a `TrafficRoute`."""
+        ...
+
+    def set_route(self, namespace: str, kind: str, name: str, *, selector: Mapping[str, str] | None = None,
+                  weights: Mapping[str, int] | None = None, dry_run: bool = False,
+                  expected: TrafficRoute | None = None, resource_version: str | None = None) -> TrafficRoute:
+        """Set a Service's whole selector, or the weights named (the others stay), conditional on the
+        plan's baseline as `scale` is: `expected` (the route as planned) and its `resource_version`."""
         ...
 
     def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,

@@ -81,6 +81,11 @@ extra_pods:                       # pods of other workloads, e.g. the gateway
   - {name: api-gateway-7d9f-abc, namespace: llm, labels: {app: api-gateway},
      owner: deployment/api-gateway, node: cpu-node-0, containers: [gateway], logs: [...]}
 
+routes:                           # traffic routes (canary-rollback), changed by k8s.route_to_stable
+  - {kind: service, name: vllm, namespace: llm, selector: {app: vllm, version: v2}}
+  - {kind: ingress, name: vllm-canary, namespace: llm, weights: {vllm-v2: 20}}   # its canary-weight
+  - {kind: httproute, name: vllm, namespace: llm, weights: {vllm-v1: 80, vllm-v2: 20}}
+
 # log entries: one line at a time, or one line repeated `every` from `from` (default -1h) until
 # `until` (default: forever, or a reaction's `stop_logs: ID`). `{ts}` in the text becomes the
 # ISO time (2026-03-14T03:10:02.000Z), `{clf}` the access-log time (14/Mar/2026:03:10:02 +0000),
@@ -115,6 +120,7 @@ reactions:                        # how the world answers remediations
   #           scaled {workload, replicas_at_most? | replicas_at_least?}
   #           pod_deleted {pod}   process_killed {pod, pattern}   (regex searched in args)
   #           node_pid_killed {node, pid}   gpu_reset {node, gpu_index}
+  #           route_changed {route: service/vllm, selects?: {version: v1}, weights?: {vllm-v2: 0}}
 
 commands:                         # canned answers, before the world's own (exact argv)
   - {pod: vllm-server-0, argv: [curl, -s, localhost:8000/metrics], stdout: "...", exit_code: 0}
@@ -392,6 +398,27 @@ class Signal(_Model):
     series: list[SignalSeries] = []
 
 
+class Route(_Model):
+    """A traffic route (issue 16, item 3): a Service by its selector, an ingress-nginx canary Ingress
+    by its canary-weight (one backend), an HTTPRoute by its backends' weights."""
+
+    kind: Literal["service", "ingress", "httproute"]
+    name: str = pydantic.Field(pattern=_NAME)
+    namespace: str = pydantic.Field(pattern=_NAME)
+    selector: Labels = {}
+    weights: dict[str, Annotated[int, pydantic.Field(ge=0, le=1000)]] = {}
+
+    @pydantic.model_validator(mode="after")
+    def _shape(self) -> Route:
+        if self.kind == "service" and (self.weights or not self.selector):
+            raise ValueError(f"route service/{self.name}: a Service has a `selector`, not weights")
+        if self.kind != "service" and (self.selector or not self.weights):
+            raise ValueError(f"route {self.kind}/{self.name}: give `weights` (backend Service: weight), not a selector")
+        if self.kind == "ingress" and len(self.weights) != 1:
+            raise ValueError(f"route ingress/{self.name}: a canary Ingress has one weight, of its one backend")
+        return self
+
+
 # ---------------------------------------------------------------------------- reactions
 
 class ArgChanged(_Model):
@@ -434,6 +461,12 @@ class GpuRef(_Model):
     gpu_index: int = pydantic.Field(ge=0)
 
 
+class RouteChanged(_Model):
+    route: str  # service/vllm, ingress/vllm-canary, httproute/vllm
+    selects: Labels = {}  # the Service's selector afterwards holds these
+    weights: dict[str, int] = {}  # these backends' weights afterwards are these
+
+
 class Trigger(_Model):
     arg_changed: ArgChanged | None = None
     scaled: Scaled | None = None
@@ -441,6 +474,7 @@ class Trigger(_Model):
     process_killed: ProcessKilled | None = None
     node_pid_killed: NodePidKilled | None = None
     gpu_reset: GpuRef | None = None
+    route_changed: RouteChanged | None = None
 
     @property
     def kind(self) -> str:
@@ -452,7 +486,7 @@ class Trigger(_Model):
         return self
 
 
-TRIGGERS = ("arg_changed", "scaled", "pod_deleted", "process_killed", "node_pid_killed", "gpu_reset")
+TRIGGERS = ("arg_changed", "scaled", "pod_deleted", "process_killed", "node_pid_killed", "gpu_reset", "route_changed")
 EFFECTS = ("signal", "pod", "free_gpu_memory", "stop_logs")
 
 
@@ -540,6 +574,7 @@ class Scenario(_Model):
     workloads: list[Workload] = []
     pods: list[PodOverride] = []
     extra_pods: list[ExtraPod] = []
+    routes: list[Route] = []
     signals: list[Signal] = []
     reactions: list[Reaction] = []
     commands: list[CommandOverride] = []

@@ -537,4 +537,8 @@ def _matches(r: Reaction, event: Mapping[str, Any]) -> bool:
         return bool(event["node"] == on.node_pid_killed.node and event["pid"] == on.node_pid_killed.pid)
     if on.gpu_reset:
         return bool(event["node"] == on.gpu_reset.node and event["gpu_index"] == on.gpu_reset.gpu_index)
+    if on.route_changed:
+        t = on.route_changed
+        return (event["route"] == t.route and all(event["selector"].get(k) == v for k, v in t.selects.items())
+                and all(event["weights"].get(k) == v for k, v in t.weights.items()))
     return False

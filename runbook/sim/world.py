@@ -29,9 +29,11 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from runbook.backends.base import (
-    WORKLOAD_KINDS, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, World, Workload,
+    WORKLOAD_KINDS, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, TrafficRoute, World,
+    Workload,
 )
 from runbook.sim.commands import run_in_pod, run_on_node
+from runbook.sim.routes import SimRoutes
 from runbook.sim.state import PodState, WorkloadState, WorldState, flag_value
 from runbook.clock import Clock
 from runbook.sim.scenario import LogEntry, Scenario
@@ -119,6 +121,7 @@ class SimCluster:
     def __init__(self, state: WorldState):
         self._state = state
         self._versions: dict[str, int] = {}  # workload ref → version, bumped by each change of its spec
+        self.routes = SimRoutes(state)
 
     def _versioned(self, w: WorkloadState, view: Workload) -> Workload:
         return dataclasses.replace(view, resource_version=str(self._versions.get(w.ref, 1)))
@@ -240,6 +243,14 @@ class SimCluster:
         entry = self._state.record("delete_pod", namespace=namespace, pod=name, uid=uid)
         entry["replacement_uid"] = self._state.recreate_pod(pod).uid
         self._state.fire("pod_deleted", pod=name)
+
+    # ------------------------------------------------------------------ traffic routes (issue 16, item 3)
+
+    def get_route(self, namespace: str, kind: str, name: str) -> TrafficRoute:
+        return self.routes.get(namespace, kind, name)
+
+    def set_route(self, namespace: str, kind: str, name: str, **change) -> TrafficRoute:
+        return self.routes.set(namespace, kind, name, **change)
 
     # ------------------------------------------------------------------ exec and logs
 

@@ -233,6 +233,21 @@ class KubernetesCluster:
         raise Conflict(f"pod {namespace}/{name} is no longer the pod that was inspected (uid {uid}): it was "
                        f"replaced, and the replacement is not deleted ({exc})") from None
 
+    # -- traffic routes (issue 16, item 3) ----------------------------------------------------
+
+    def _routes(self) -> Any:
+        from runbook.backends.kubernetes.routes import Routes
+
+        if getattr(self, "_route_api", None) is None:
+            self._route_api = Routes(self.api)
+        return self._route_api
+
+    def get_route(self, namespace: str, kind: str, name: str) -> Any:
+        return self._routes().get(namespace, kind, name)
+
+    def set_route(self, namespace: str, kind: str, name: str, **change: Any) -> Any:
+        return self._routes().set(namespace, kind, name, **change)
+
     # -- looking inside ---------------------------------------------------------------------
 
     def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
