@@ -24,7 +24,7 @@ from runbook.webhook import pagerduty_notes
 from runbook.webhook.settings import PagerDutyNotes, Policy, RouteRule, WebhookConfig, load_secrets
 from runbook.webhook.store import IncidentRow
 from tests.conftest import reference_text
-from tests.webhook.helpers import journal, pd_event, pd_headers, request, secrets, serve
+from tests.webhook.helpers import OPERATOR_TOKEN, journal, pd_event, pd_headers, request, secrets, serve
 
 TOKEN = "y_NbAkKc66ryYTWUXYEu"
 FROM = "oncall-bot@example.com"
@@ -275,6 +275,24 @@ def test_5xx_until_the_attempts_run_out_is_journaled_and_the_run_keeps_its_outco
     assert failed.data["pagerduty"]["state"] == "failed" and "500" in failed.data["message"]
 
 
+def test_an_unreachable_api_is_retried_then_journaled(state, pd):
+    import socket
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there now: every connect is refused
+    clock = FakeClock(dt.datetime(2026, 3, 14, 3, 12, 7, tzinfo=dt.timezone.utc))
+    settings = pd.settings(api_url=f"https://127.0.0.1:{port}", attempts=3, backoff=2.0)
+    with serve(state, config=WebhookConfig(workers=2, pagerduty_notes=settings), secrets_=with_token(),
+               clock=clock) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        assert srv.service.store.incident(incident).state == "proposed"  # the run is untouched
+    [failed] = pd_notes(state, incident)
+    assert failed.data["pagerduty"]["state"] == "failed" and "cannot reach PagerDuty" in failed.data["message"]
+    assert [s for s in clock.slept if s in (2.0, 4.0)] == [2.0, 4.0]  # doubling waits between the three tries
+
+
 def test_a_refusal_is_not_retried(state, pd):
     pd.script[("POST", "notes")] = [404]
     with serve(state, config=config(pd), secrets_=with_token()) as srv:
@@ -300,6 +318,23 @@ def test_resolving_is_a_config_choice(state, pd):
     assert "ended RESOLVED" in note["content"] and "applied: scale-down" in note["content"]
     assert pd.resolved == ["PGR0VU2"]
     assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "resolved"]
+
+
+def test_an_approved_change_gets_its_own_note_once(state, pd):
+    with serve(state, config=config(pd, resolve=True), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        where = f"/proposals/{incident}/scale-down/approve"
+        assert request(srv.url, "POST", where, b"", {"Authorization": f"Bearer {OPERATOR_TOKEN}"}).status == 202
+        srv.wait_idle()
+        assert srv.service.notes.wait_idle(20)
+        srv.service.sweep()  # a sweep offers nothing already posted
+        assert srv.service.notes.wait_idle(20)
+    first, second = pd.posted("PGR0VU2")
+    assert "ended PROPOSED" in first["content"]
+    assert "ended RESOLVED" in second["content"] and "applied: scale-down" in second["content"]
+    assert pd.resolved == ["PGR0VU2"]  # the approved run resolved it; the proposing run did not
+    assert [m for m, _ in pd.requests] == ["POST", "POST", "PUT"]
+    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "posted", "resolved"]
 
 
 def test_a_restart_does_not_post_twice(state, pd):
