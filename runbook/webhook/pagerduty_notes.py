@@ -203,7 +203,7 @@ class Note:
 
 
 class Notes:
-    """What the service calls: `run_ended` from the worker, `start`/`stop`/`sweep` with the service."""
+    """What the service calls: `owe` and `run_ended` from the worker, `start`/`stop`/`sweep` with the service."""
 
     def __init__(self, *, store: Store, state: Path, clock: Clock, settings: PagerDutyNotes,
                  api: Callable[[], NotesApi]):
@@ -233,23 +233,26 @@ class Notes:
 
     # -- from the worker ----------------------------------------------------------------------
 
-    def run_ended(self, row: IncidentRow, result: RunResult) -> None:
-        """Queue the note of a run that ended or proposed; never raises into the run."""
+    def owe(self, db: sqlite3.Connection, row: IncidentRow, result: RunResult) -> None:
+        """Record the note a run owes, in the transaction that records its outcome; never raises into the run."""
         try:
             pd_incident = pd_incident_of(row)
             if pd_incident is None or result.outcome in ("dry_run", "interrupted"):
                 return
             content = compose(row, result, self.state, max_chars=self.settings.max_chars)
             at = self.clock.now().timestamp()
-            with self.store.transaction() as db:
-                # (incident, run) is the key: the same run's note is never queued twice.
-                db.execute("INSERT OR IGNORE INTO pagerduty_notes (incident, run, pd_incident, content, resolve, "
-                           "state, created, updated) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
-                           (row.id, result.run, pd_incident, content,
-                            int(self.settings.resolve and result.outcome == "resolved"), at, at))
-            self._offer((row.id, result.run))
+            # (incident, run) is the key: the same run's note is never owed twice.
+            db.execute("INSERT OR IGNORE INTO pagerduty_notes (incident, run, pd_incident, content, resolve, state, "
+                       "created, updated) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?)",
+                       (row.id, result.run, pd_incident, content,
+                        int(self.settings.resolve and result.outcome == "resolved"), at, at))
         except Exception:  # a note is a courtesy: it must never fail the run that earned it
-            log.exception("incident %s: the PagerDuty note could not be queued", row.id)
+            log.exception("incident %s: the PagerDuty note could not be recorded", row.id)
+
+    def run_ended(self, row: IncidentRow, result: RunResult) -> None:
+        """Hand the run's note, once committed, to the poster thread: the worker does not wait for PagerDuty."""
+        if pd_incident_of(row) is not None:
+            self._offer((row.id, result.run))
 
     # -- lifecycle ----------------------------------------------------------------------------
 

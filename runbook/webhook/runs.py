@@ -66,7 +66,9 @@ class Runs:
     incident_lock: Callable[[str, str], contextlib.AbstractContextManager[None]] = \
         lambda incident, holder: contextlib.nullcontext()
     namespaces: Collection[str] | None = None  # kubernetes.namespaces; None: each playbook's own
-    # Told of every run whose outcome is recorded (the note back to PagerDuty); it must not raise.
+    # Told of every run's outcome in the transaction that records it (so what it owes survives a crash),
+    # then again once that is committed (the note back to PagerDuty); neither may raise.
+    on_outcome: Callable[[Any, IncidentRow, RunResult], None] = lambda db, row, result: None
     after_run: Callable[[IncidentRow, RunResult], None] = lambda row, result: None
 
     def handle(self, incident: str) -> None:
@@ -154,6 +156,7 @@ class Runs:
                                    created=now.timestamp(), expires=now.timestamp() + self.policy.proposal_ttl,
                                    state="closed" if closed else "pending")
             state = "closed" if closed else ("proposed" if proposed is not None else "done")
+            self.on_outcome(db, row, result)
             self.store.set_state(row.id, state, now.timestamp(), job="first", outcome=result.outcome, db=db)
 
     @staticmethod

@@ -78,7 +78,7 @@ class Service:
         self.notes = pagerduty_notes.Notes.configured(settings=config.pagerduty_notes, secrets=secrets,
                                                       store=self.store, state=self.state, clock=self.clock)
         if self.notes is not None:
-            self.runs.after_run = self.notes.run_ended
+            self.runs.on_outcome, self.runs.after_run = self.notes.owe, self.notes.run_ended
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
                              backlog_limit=config.queue_size, coordination=self.coordination)
         self._sweeper_enabled = sweeper

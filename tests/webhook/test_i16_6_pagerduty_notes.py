@@ -366,6 +366,21 @@ def test_a_note_owed_when_the_server_stopped_is_posted_at_the_next_start(state, 
     assert [m for m, _ in pd.requests] == ["POST", "POST"]  # never sent: no need to look first
 
 
+def test_the_note_is_owed_with_the_outcome_so_a_crash_before_posting_loses_nothing(state, pd):
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        srv.service.runs.after_run = lambda row, result: None  # the process dies right after the commit
+        reply = request(srv.url, "POST", "/webhooks/pagerduty", pd_event(), pd_headers(pd_event()))
+        srv.wait_idle()
+        incident = reply.body["alerts"][0]["incident"]
+        assert srv.service.store.incident(incident).state == "proposed"
+        assert [(n.incident, n.state) for n in srv.service.notes.owed()] == [(incident, "pending")]
+    assert pd.requests == []
+    with serve(state, config=config(pd), secrets_=with_token()) as srv:
+        assert srv.service.notes.wait_idle(20)
+        assert srv.service.notes.owed() == []
+    assert len(pd.posted("PGR0VU2")) == 1 and [m for m, _ in pd.requests] == ["POST"]
+
+
 def test_the_reference_incident_object_routes_by_service_and_gets_its_note(state, pd):
     data = json.loads(reference_text("pagerduty/pagerduty-v3-event-data-incident-object-devdocs.json"))
     body = json.dumps({"event": {"id": "01DEN1HNLBC1VITK192ETHS2CW", "event_type": "incident.triggered",
