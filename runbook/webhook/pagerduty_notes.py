@@ -44,6 +44,7 @@ OPEN_STATES = ("pending", "sending")
 PD_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")  # the incident id goes into a URL path
 MARKER = "runbook run {run}"  # the note's last line: how a resent note is recognised after a crash
 LIST_LIMIT = 12  # findings or actions listed in a note; the rest are counted
+RETENTION = 7 * 86400.0  # how long a settled note's row is kept (the service passes webhook.dedupe_retention)
 
 
 class _Retryable(BackendUnavailable):  # private: caught in this module, never raised out of it
@@ -206,8 +207,9 @@ class Notes:
     """What the service calls: `owe` and `run_ended` from the worker, `start`/`stop`/`sweep` with the service."""
 
     def __init__(self, *, store: Store, state: Path, clock: Clock, settings: PagerDutyNotes,
-                 api: Callable[[], NotesApi]):
+                 api: Callable[[], NotesApi], retention: float = RETENTION):
         self.store, self.state, self.clock, self.settings = store, state, clock, settings
+        self.retention = retention
         self._api_factory, self._api = api, None
         self._queue: queue.Queue[tuple[str, str] | None] = queue.Queue()
         self._busy = threading.Condition()
@@ -219,7 +221,7 @@ class Notes:
 
     @classmethod
     def configured(cls, *, settings: PagerDutyNotes, secrets: Secrets, store: Store, state: Path,
-                   clock: Clock) -> "Notes | None":
+                   clock: Clock, retention: float = RETENTION) -> "Notes | None":
         """Notes when an API token is set (NotConfigured without the `From` email PagerDuty requires); else None."""
         if not secrets.pagerduty_api:
             return None
@@ -229,7 +231,7 @@ class Notes:
                                 f"(or unset {PAGERDUTY_API_TOKEN_ENV} to post no notes)")
         token = secrets.pagerduty_api
         return cls(store=store, state=state, clock=clock, settings=settings,
-                   api=lambda: PagerDutyRest(token, settings))
+                   api=lambda: PagerDutyRest(token, settings), retention=retention)
 
     # -- from the worker ----------------------------------------------------------------------
 
@@ -267,7 +269,12 @@ class Notes:
             self._thread.join(timeout)
 
     def sweep(self) -> None:
-        """Offer every note still owed (after a restart, or one queued while the poster was busy)."""
+        """Offer every note still owed (after a restart, or one queued while the poster was busy); forget
+        settled ones older than the retention (only an open note can be sent twice, so only those must stay)."""
+        cutoff = self.clock.now().timestamp() - self.retention
+        with self.store.transaction() as db:
+            db.execute("DELETE FROM pagerduty_notes WHERE updated < ? AND (state = 'failed' OR "
+                       "(state = 'posted' AND NOT (resolve = 1 AND resolved = 0)))", (cutoff,))
         for note in self.owed():
             self._offer((note.incident, note.run))
 

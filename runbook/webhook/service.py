@@ -76,7 +76,8 @@ class Service:
                          kill_switch=self.kill_switch, incident_lock=self.coordination.incident_lock,
                          namespaces=namespaces)
         self.notes = pagerduty_notes.Notes.configured(settings=config.pagerduty_notes, secrets=secrets,
-                                                      store=self.store, state=self.state, clock=self.clock)
+                                                      store=self.store, state=self.state, clock=self.clock,
+                                                      retention=config.dedupe_retention)
         if self.notes is not None:
             self.runs.on_outcome, self.runs.after_run = self.notes.owe, self.notes.run_ended
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,

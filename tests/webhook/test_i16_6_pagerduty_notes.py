@@ -381,6 +381,21 @@ def test_the_note_is_owed_with_the_outcome_so_a_crash_before_posting_loses_nothi
     assert len(pd.posted("PGR0VU2")) == 1 and [m for m, _ in pd.requests] == ["POST"]
 
 
+def test_settled_notes_are_forgotten_after_the_retention_and_open_ones_kept(state, pd):
+    clock = FakeClock(dt.datetime(2026, 3, 14, 3, 12, 7, tzinfo=dt.timezone.utc))
+    with serve(state, config=config(pd), secrets_=with_token(), clock=clock) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+        run = pd_notes(state, incident)[0].data["pagerduty"]["run"]
+        notes = srv.service.notes
+        clock.advance(srv.service.config.dedupe_retention - 60)
+        notes.sweep()
+        assert notes.note(incident, run).state == "posted"  # not old enough yet
+        clock.advance(120)
+        notes.sweep()
+        assert notes.note(incident, run) is None
+    assert len(pd.posted("PGR0VU2")) == 1
+
+
 def test_the_reference_incident_object_routes_by_service_and_gets_its_note(state, pd):
     data = json.loads(reference_text("pagerduty/pagerduty-v3-event-data-incident-object-devdocs.json"))
     body = json.dumps({"event": {"id": "01DEN1HNLBC1VITK192ETHS2CW", "event_type": "incident.triggered",
