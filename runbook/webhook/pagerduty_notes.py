@@ -91,9 +91,9 @@ def compose(row: IncidentRow, result: RunResult, state: Path, *, max_chars: int)
     for step in result.steps:
         if step.kind != "remediation" or step.status not in ("changed", "proposed", "refused", "failed"):
             continue
-        word = {"changed": "applied", "proposed": "proposed, waiting for approval"}.get(step.status, step.status)
+        word = {"changed": "applied", "proposed": "waiting for approval"}.get(step.status, step.status)
         line = f"- {word}: {step.id} ({step.uses}): {step.summary}"
-        if step.status == "proposed":
+        if step.status == "proposed" and "runbook approve" not in step.summary:
             line += f" — approve with `runbook approve {row.id} {step.id}`"
         actions.append(line)
     actions += [f"- rolled back: {a.action} on {a.target}" for a in result.actions if a.rolled_back]
