@@ -51,6 +51,10 @@ def test_every_operation_works_under_the_role_and_every_grant_is_used(k8s, clust
         cluster.logs("llm", {"app": "vllm-server"}, since_seconds=60)
         cluster.delete_pod("llm", pods[1].name, uid=pods[1].uid, dry_run=True)
         cluster.delete_pod("llm", pods[2].name, uid=pods[2].uid, dry_run=True, evict=True)
+        from tests.kubernetes.test_i16_3_routes import seed_routes  # the routes canary-rollback moves
+
+        for kind, name, change in seed_routes(k8s):
+            cluster.set_route("llm", kind, name, dry_run=True, **change)  # get, then patch
         ledger = AppliedLedger(cluster)  # the record cooldowns count: get (404), create, then get, update
         for incident in ("tour-1", "tour-2"):
             ledger.record(target, Application(incident, "k8s.scale", dt.datetime.now(dt.timezone.utc)))

@@ -42,6 +42,9 @@ RESOURCES = (
     Resource("apps", "v1", "daemonsets", "DaemonSet", True, _RW, ("ds",), ("status",)),
     Resource("coordination.k8s.io", "v1", "leases", "Lease", True, _RW),
     Resource("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, _RW, ("pdb",)),
+    # Routes a canary rollback moves (issue 16, item 3): ingress-nginx canaries and Gateway API routes.
+    Resource("networking.k8s.io", "v1", "ingresses", "Ingress", True, _RW, ("ing",)),
+    Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute", True, _RW),
 )
 
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}
