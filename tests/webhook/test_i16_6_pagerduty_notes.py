@@ -24,6 +24,7 @@ from runbook.webhook import pagerduty_notes
 from runbook.webhook.settings import PagerDutyNotes, Policy, RouteRule, WebhookConfig, load_secrets
 from runbook.webhook.store import IncidentRow
 from tests.conftest import reference_text
+from tests.kubernetes.apiserver.tls import make_certificates
 from tests.webhook.helpers import OPERATOR_TOKEN, journal, pd_event, pd_headers, request, secrets, serve
 
 TOKEN = "y_NbAkKc66ryYTWUXYEu"
@@ -33,36 +34,12 @@ ACCEPT = "application/vnd.pagerduty+json;version=2"
 
 # -- a stand-in for api.pagerduty.com ----------------------------------------------------------
 
-def _certificate(folder: Path) -> tuple[Path, Path]:
-    """A self-signed certificate for 127.0.0.1: the client talks TLS to it as to PagerDuty."""
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
-            .sign(key, hashes.SHA256()))
-    cert_file, key_file = folder / "pd.crt", folder / "pd.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return cert_file, key_file
-
-
 class FakePagerDuty:
     """Notes and incidents in memory; `script[(method, kind)]` lists the statuses to answer first."""
 
     def __init__(self, folder: Path):
-        self.cert, key = _certificate(folder)
+        # A throwaway CA and a certificate for 127.0.0.1: the client verifies TLS as it would PagerDuty's.
+        self.cert, server_cert, key = make_certificates(folder / "tls")
         self.notes: dict[str, list[dict]] = {}
         self.resolved: list[str] = []
         self.requests: list[tuple[str, str]] = []
@@ -88,7 +65,7 @@ class FakePagerDuty:
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(self.cert, key)
+        context.load_cert_chain(server_cert, key)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self.url = f"https://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
