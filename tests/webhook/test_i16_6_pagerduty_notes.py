@@ -270,12 +270,15 @@ def test_an_unreachable_api_is_retried_then_journaled(state, pd):
     assert [s for s in clock.slept if s in (2.0, 4.0)] == [2.0, 4.0]  # doubling waits between the three tries
 
 
-def test_a_refusal_is_not_retried(state, pd):
-    pd.script[("POST", "notes")] = [404]
+@pytest.mark.parametrize("status", [401, 403, 404])  # the library raises on a 401 itself
+def test_a_refusal_is_not_retried(state, pd, status):
+    pd.script[("POST", "notes")] = [status]
     with serve(state, config=config(pd), secrets_=with_token()) as srv:
         incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
     assert len(pd.requests) == 1
-    assert pd_notes(state, incident)[0].data["pagerduty"]["state"] == "failed"
+    [failed] = pd_notes(state, incident)
+    assert failed.data["pagerduty"]["state"] == "failed" and str(status) in failed.data["message"]
+    assert TOKEN not in failed.data["message"]
 
 
 def test_a_lost_answer_is_looked_for_before_sending_again(state, pd):
