@@ -13,6 +13,7 @@ import hashlib
 import re
 from collections.abc import Callable, Sequence
 
+from runbook.sim import compose
 from runbook.sim import formats as fmt
 from runbook.backends.base import CommandResult
 from runbook.sim.state import GpuState, NodeState, PodState, Proc, WorldState
@@ -343,6 +344,9 @@ def fmt_sandbox(uid: str) -> str:
 def run_on_node(state: WorldState, node: NodeState, argv: Sequence[str], timeout: float) -> CommandResult:
     argv = list(argv)
     found = _override(state, argv, node=node.name, timeout=timeout)
+    if found is not None:
+        return found
+    found = compose.answer(state, node.name, argv, timeout)  # a Docker Compose host's project, if any
     if found is not None:
         return found
     now = state.now()

@@ -146,6 +146,7 @@ import pydantic
 from runbook.errors import InvalidInput
 from runbook.model.duration import parse_duration
 from runbook.model.patterns import checked_regex
+from runbook.sim.compose import ComposeArgChanged, ComposeProject, ComposeRestarted
 
 __all__ = [
     "Scenario", "load_scenario", "list_scenarios", "scenario_names", "workload_pod_name",
@@ -243,6 +244,7 @@ class Node(_Model):
     unschedulable: bool = False
     gpus: list[Gpu] = []
     processes: list[NodeProcess] = []
+    compose: ComposeProject | None = None  # a Docker Compose host: its vLLM service (runbook.sim.compose)
 
     @pydantic.model_validator(mode="after")
     def _unique(self) -> Node:
@@ -475,6 +477,8 @@ class Trigger(_Model):
     node_pid_killed: NodePidKilled | None = None
     gpu_reset: GpuRef | None = None
     route_changed: RouteChanged | None = None
+    compose_restarted: ComposeRestarted | None = None
+    compose_arg_changed: ComposeArgChanged | None = None
 
     @property
     def kind(self) -> str:
@@ -486,7 +490,8 @@ class Trigger(_Model):
         return self
 
 
-TRIGGERS = ("arg_changed", "scaled", "pod_deleted", "process_killed", "node_pid_killed", "gpu_reset", "route_changed")
+TRIGGERS = ("arg_changed", "scaled", "pod_deleted", "process_killed", "node_pid_killed", "gpu_reset", "route_changed",
+            "compose_restarted", "compose_arg_changed")
 EFFECTS = ("signal", "pod", "free_gpu_memory", "stop_logs")
 
 
@@ -697,6 +702,10 @@ def _check_references(s: Scenario) -> None:
             check_gpu(on.node_pid_killed.node, None, where)
         if on.gpu_reset:
             check_gpu(on.gpu_reset.node, on.gpu_reset.gpu_index, where)
+        for compose_on in (on.compose_restarted, on.compose_arg_changed):
+            if compose_on is not None and (compose_on.node not in nodes or nodes[compose_on.node].compose is None
+                                           or nodes[compose_on.node].compose.service != compose_on.service):
+                raise ValueError(f"{where}: node {compose_on.node!r} has no compose service {compose_on.service!r}")
         for e in r.effects:
             if e.signal is not None and e.signal not in signals:
                 raise ValueError(f"{where}: no signal {e.signal!r} (signals: {', '.join(sorted(signals)) or 'none'})")

@@ -22,6 +22,7 @@ from runbook.sim.model import (
 )
 from runbook.clock import Clock
 from runbook.sim.scenario import Effect, PodOverride, Reaction, Scenario, placement_for, workload_pod_name
+from runbook.sim import compose
 from runbook.errors import InvalidInput
 
 
@@ -61,6 +62,7 @@ class WorldState:
         self._reserved_pids = {p.host_pid for o in scenario.pods for p in o.processes or [] if p.host_pid}
         self._orphan_ip = 9
         self._build()
+        self.compose = compose.projects(self)  # node name -> its Docker Compose project, if it is a Compose host
 
     # ------------------------------------------------------------------ building
 
@@ -537,6 +539,8 @@ def _matches(r: Reaction, event: Mapping[str, Any]) -> bool:
         return bool(event["node"] == on.node_pid_killed.node and event["pid"] == on.node_pid_killed.pid)
     if on.gpu_reset:
         return bool(event["node"] == on.gpu_reset.node and event["gpu_index"] == on.gpu_reset.gpu_index)
+    if on.compose_restarted or on.compose_arg_changed:
+        return compose.matches(on.compose_restarted or on.compose_arg_changed, on.kind, dict(event))
     if on.route_changed:
         t = on.route_changed
         return (event["route"] == t.route and all(event["selector"].get(k) == v for k, v in t.selects.items())

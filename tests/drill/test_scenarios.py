@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib.resources
+import json
 import textwrap
 
 import pytest
 
-from runbook import bundled
+from runbook import bundled, compose_commands
 from runbook.clock import FakeClock
 from runbook.errors import BackendUnavailable, InvalidInput
 from runbook.sim.scenario import Scenario, list_scenarios, load_scenario, parse_scenario, scenario_names
@@ -18,6 +19,7 @@ from runbook.sim.world import build_world
 BUNDLED = {"oom-surge": "resolved", "waiting-queue": "resolved", "zombie-process": "resolved",
            "lingering-cuda-context": "resolved", "waiting-queue-all-unready": "refused",
            "oom-surge-metrics-down": "refused"}
+BUNDLED |= {"oom-surge-compose": "resolved", "zombie-process-compose": "resolved"}  # Docker Compose hosts (issue 16, item 5)
 VLLM = {"app": "vllm-server"}
 
 
@@ -48,7 +50,11 @@ def test_the_bundled_scenarios():
 def test_each_scenario_builds_and_answers(name):
     world, _ = world_of(name)
     pods = world.cluster.list_pods("llm", VLLM)
-    assert pods and all(p.phase == "Running" for p in pods)
+    compose_hosts = [n for n in world.scenario.nodes if n.compose]  # vLLM under Docker Compose: no pods
+    assert (pods or compose_hosts) and all(p.phase == "Running" for p in pods)
+    for host in compose_hosts:
+        answer = world.nodes.run(host.name, compose_commands.ps_argv(host.compose.file, host.compose.service), timeout=5)
+        assert json.loads(answer.stdout)["State"] == "running"
     for node in world.scenario.nodes:
         assert world.cluster.get_node(node.name).name == node.name
     assert world.mutations == []
