@@ -66,6 +66,8 @@ class NotesApi(Protocol):
 
     def resolve(self, pd_incident: str) -> None: ...
 
+    def close(self) -> None: ...
+
 
 # -- the note ---------------------------------------------------------------------------------
 
@@ -169,6 +171,9 @@ class PagerDutyRest:
         self._call("PUT", f"/incidents/{pd_incident}", f"resolving {pd_incident}",
                    json={"incident": {"type": "incident_reference", "status": "resolved"}})
 
+    def close(self) -> None:
+        self.client.close()
+
 
 def _json(response: Any) -> dict[str, Any]:
     try:
@@ -267,6 +272,8 @@ class Notes:
         if self._thread is not None:
             self._queue.put(None)
             self._thread.join(timeout)
+        if self._api is not None and not (self._thread and self._thread.is_alive()):
+            self._api.close()  # still posting: the daemon thread keeps its connection until the process ends
 
     def sweep(self) -> None:
         """Offer every note still owed (after a restart, or one queued while the poster was busy); forget
