@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT, route_from
 from runbook.sim.world import SimulatedWorld, _log_lines
 from runbook.clock import FakeClock
 from runbook.errors import RunbookError
@@ -19,6 +20,7 @@ from tests.kubernetes.apiserver.resources import BY_KIND
 from tests.kubernetes.apiserver.server import ApiServer
 
 KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": "DaemonSet"}
+ROUTE_KINDS = {"service": "Service", "ingress": "Ingress", "httproute": "HTTPRoute"}
 EXEC_TIMEOUT = 30.0  # the exec websocket does not carry the caller's timeout; the client enforces its own
 
 
@@ -128,6 +130,8 @@ class ProjectedCluster:
                     made = self.store.create(BY_KIND[kind], w.namespace, {
                         "metadata": {"name": w.spec.name, "labels": dict(w.spec.labels)}, "spec": spec})
                     self.uids[(w.namespace, kind, w.spec.name)] = made["metadata"]["uid"]
+                for route in self.world.cluster.routes.routes.values():
+                    self.store.create(BY_KIND[ROUTE_KINDS[route.kind]], route.namespace, route_object(route))
             finally:
                 self._busy = False
         self.project()
@@ -165,6 +169,17 @@ class ProjectedCluster:
                         if (command, args) != w.containers[c["name"]]:
                             self.world.cluster.set_container_argv(namespace, w.spec.kind, name, c["name"],
                                                                   command=command, args=args)
+            elif res.kind in ROUTE_KINDS.values():
+                obj = self.store.find(res, namespace, name)
+                kind = next(k for k, v in ROUTE_KINDS.items() if v == res.kind)
+                if obj is None or (namespace, kind, name) not in self.world.cluster.routes.routes:
+                    return
+                seen = route_from(kind, obj)
+                held = self.world.cluster.routes.routes[(namespace, kind, name)]
+                if kind == "service" and dict(seen.selector) != dict(held.selector):
+                    self.world.cluster.set_route(namespace, kind, name, selector=dict(seen.selector))
+                elif kind != "service" and dict(seen.weights) != dict(held.weights):
+                    self.world.cluster.set_route(namespace, kind, name, weights=dict(seen.weights))
             elif res.kind == "Pod":
                 pod = state.pods.get((namespace, name))
                 if pod is not None and self.store.find(res, namespace, name) is None:
@@ -276,3 +291,20 @@ class ProjectedCluster:
         self.store.put_status(res, namespace, name, status)
 
 
+def route_object(route) -> dict:
+    """A scenario's route as the API serves it: a Service selecting pods, a canary Ingress of
+    ingress-nginx sending its weight to one backend, an HTTPRoute with one rule of weighted backends."""
+    meta = {"name": route.name}
+    if route.kind == "service":
+        return {"metadata": meta, "spec": {"selector": dict(route.selector), "type": "ClusterIP",
+                                           "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]}}
+    if route.kind == "ingress":
+        ((backend, weight),) = route.weights.items()
+        return {"metadata": {**meta, "annotations": {"kubernetes.io/ingress.class": "nginx", CANARY: "true",
+                                                     CANARY_WEIGHT: str(weight)}},
+                "spec": {"ingressClassName": "nginx", "rules": [{"host": "llm.example.com", "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix",
+                     "backend": {"service": {"name": backend, "port": {"number": 8000}}}}]}}]}}
+    return {"metadata": meta, "spec": {"parentRefs": [{"name": "llm-gateway"}], "rules": [{
+        "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+        "backendRefs": [{"name": backend, "port": 8000, "weight": weight} for backend, weight in route.weights.items()]}]}}
