@@ -16,14 +16,13 @@ from typing import Any, NoReturn, TypeVar
 
 import pydantic
 
-from runbook import settings
 from runbook.errors import InvalidInput
+from runbook.loading.discovery import find_config
 
 SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook")
 # Sections that earlier versions accepted and never read: refused, saying where the setting lives.
 RETIRED = {"safety": "guards are set per step in the playbook (`guard:`), and the kill switch by RUNBOOK_KILL_SWITCH",
            "playbooks": "pass playbook folders as arguments (`runbook list DIR`, `runbook serve --playbooks DIR`)"}
-CONFIG_ENV = "RUNBOOK_CONFIG"
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 NAMESPACE_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -89,24 +88,6 @@ class Config:
 
 
 EMPTY = Config(None, {})
-
-
-def find_config(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Path | None:
-    env = settings.environment() if env is None else env
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise InvalidInput(f"config file {path} does not exist (given with --config)")
-        return path
-    if env.get(CONFIG_ENV):
-        path = Path(env[CONFIG_ENV]).expanduser()
-        if not path.is_file():
-            raise InvalidInput(f"config file {path} does not exist (given with {CONFIG_ENV})")
-        return path
-    candidates = [Path("runbook.yaml")]
-    base = Path(env["XDG_CONFIG_HOME"]).expanduser() if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    candidates.append(base / "runbook" / "config.yaml")
-    return next((p for p in candidates if p.is_file()), None)
 
 
 def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from runbook import bundled, templating
+from runbook import templating
+from runbook.loading import discovery
 from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
 from runbook.loading.yamlsource import Positions, load_yaml, read_yaml_text
 from runbook.model.playbook import Playbook
@@ -24,7 +25,6 @@ from runbook.registry import Registry
 if TYPE_CHECKING:
     from runbook.signals.catalog import Catalog
 
-PLAYBOOK_SUFFIXES = (".yaml", ".yml")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,28 +38,12 @@ class LoadResult:
         return self.playbook is not None and not self.problems
 
 
-def bundled_dir() -> Path:
-    return bundled.folder("playbooks")
-
-
-def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Playbook files under the given files and folders, in a stable order."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found.extend(sorted(p for p in path.iterdir() if p.suffix in PLAYBOOK_SUFFIXES and p.is_file()))
-        else:
-            found.append(path)
-    return found
-
-
-def default_paths() -> list[Path]:
-    paths = [bundled_dir()]
-    local = Path("playbooks")
-    if local.is_dir() and local.resolve() != bundled_dir().resolve():
-        paths.append(local)
-    return paths
+# Where playbooks are found lives in `discovery` (light: `list` and `validate` start fast); kept here
+# under their old names for the callers that load playbooks anyway.
+PLAYBOOK_SUFFIXES = discovery.PLAYBOOK_SUFFIXES
+bundled_dir = discovery.bundled_dir
+discover = discovery.discover
+default_paths = discovery.default_paths
 
 
 def load_playbook_file(path: str | Path, registry: Registry, *, label: str | None = None,
