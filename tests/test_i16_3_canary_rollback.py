@@ -134,3 +134,47 @@ def test_the_sim_route_refuses_a_change_planned_from_another_version(tmp_path):
     with pytest.raises(StalePlan):
         world.cluster.set_route("llm", "service", "vllm", selector=STABLE, expected=route)
     assert world.cluster.get_route("llm", "service", "vllm").selector == {"app": "vllm", "version": "v2"}
+
+
+def _variant(route: dict, params: dict, trigger: dict):
+    """canary-rollback with another kind of route in front of the two versions."""
+    import importlib.resources
+
+    import yaml
+
+    from runbook.sim.scenario import Scenario
+
+    text = (importlib.resources.files("runbook") / "scenarios" / "canary-rollback.yaml").read_text(encoding="utf-8")
+    doc = yaml.safe_load(text)
+    doc["routes"] = [route]
+    doc["params"] = params
+    reaction = doc["reactions"][0]
+    reaction.pop(True, None)  # YAML 1.1 reads the key `on:` as true
+    reaction["on"] = {"route_changed": trigger}
+    return Scenario.model_validate(doc)
+
+
+@pytest.mark.parametrize(("route", "params", "trigger", "after"), [
+    ({"kind": "ingress", "name": "vllm-canary", "namespace": "llm", "weights": {"vllm-v2": 20}},
+     {"route": "ingress/vllm-canary"}, {"route": "ingress/vllm-canary", "weights": {"vllm-v2": 0}},
+     {"weights": {"vllm-v2": 0}}),
+    ({"kind": "httproute", "name": "vllm", "namespace": "llm", "weights": {"vllm-v1": 80, "vllm-v2": 20}},
+     {"route": "httproute/vllm"}, {"route": "httproute/vllm", "weights": {"vllm-v2": 0, "vllm-v1": 100}},
+     {"weights": {"vllm-v1": 100, "vllm-v2": 0}}),
+], ids=["ingress-nginx-canary", "httproute"])
+def test_an_ingress_canary_or_an_httproute_is_weighted_back_to_stable(route, params, trigger, after, tmp_path):
+    result, events, world = _run(_variant(route, params, trigger), tmp_path)
+    assert result.outcome == "resolved", result.reason
+    assert _changes(world) == [("set_route", params["route"], after), ("scale", "deployment/vllm-v2", 0)]
+    checked = next(e for e in events if e.type == ev.STEP_FINISHED and e.step == "route-on-stable")
+    assert checked.data["status"] == "ok"
+
+
+def test_a_rollback_puts_the_httproute_weights_back_as_they_were(tmp_path):
+    route = {"kind": "httproute", "name": "vllm", "namespace": "llm", "weights": {"vllm-v1": 80, "vllm-v2": 20}}
+    # A trigger that never fires: the canary keeps its requests, the drain check fails.
+    scenario = _variant(route, {"route": "httproute/vllm"}, {"route": "httproute/other"})
+    result, _, world = _run(scenario, tmp_path)
+    assert result.outcome == "rolled_back"
+    assert _changes(world) == [("set_route", "httproute/vllm", {"weights": {"vllm-v1": 100, "vllm-v2": 0}}),
+                               ("set_route", "httproute/vllm", {"weights": {"vllm-v1": 80, "vllm-v2": 20}})]
