@@ -44,6 +44,7 @@ class ExitCode(enum.IntEnum):
     INVALID = 3
     REFUSED = 4
     FIRING = 10  # triage without --run: a playbook's condition holds
+    FINDINGS = 10  # advise: a launch flag goes against the SOP (the same 10 as FIRING: something to act on)
     BLIND = 11  # triage without --run: a metrics source could not be read, and nothing fires
     NO_SOURCE = 12  # triage without --run: a signal a playbook needs has no source here (no exporter), nothing fires
     INTERRUPTED = 130

@@ -35,6 +35,7 @@ COMMANDS = {
     "approve": ("runbook.cli.serve", "approve", "Approve a proposed change of a webhook run; the server re-checks every guard."),
     "version": ("runbook.cli.shell", "version", "Show runbook's version."),
     "completion": ("runbook.cli.shell", "completion", "Print the shell completion script (bash, zsh, fish)."),
+    "advise": ("runbook.cli.advise", "advise", "Check a vLLM workload's launch flags against the SOP (manifest or live)."),
 }
 
 
