@@ -178,3 +178,20 @@ def test_a_rollback_puts_the_httproute_weights_back_as_they_were(tmp_path):
     assert result.outcome == "rolled_back"
     assert _changes(world) == [("set_route", "httproute/vllm", {"weights": {"vllm-v1": 100, "vllm-v2": 0}}),
                                ("set_route", "httproute/vllm", {"weights": {"vllm-v1": 80, "vllm-v2": 20}})]
+
+
+def test_when_stable_does_not_take_the_load_the_canary_is_scaled_back_and_the_route_restored(tmp_path):
+    """The canary drains, but the stable version's requests stay where they were (clients gave up):
+    the last check fails, and the rollback undoes both changes, the later one first."""
+    scenario = load_scenario("canary-rollback")
+    reaction = scenario.reactions[0]
+    kept = [e for e in reaction.effects if not (e.signal == "requests_per_min" and e.labels.get("version") == "v1")]
+    scenario = scenario.model_copy(update={"reactions": [reaction.model_copy(update={"effects": kept})]})
+    result, events, world = _run(scenario, tmp_path)
+    assert result.outcome == "rolled_back"
+    assert_sequence(events, [(ev.ACTION_APPLIED, "route-back"), (ev.ACTION_APPLIED, "retire-canary"),
+                             (ev.VERIFY_FAILED, "stable-carries"), ev.ROLLBACK_APPLIED, ev.ROLLBACK_APPLIED,
+                             ev.ESCALATED, ev.RUN_FINISHED], forbidden=(ev.ROLLBACK_FAILED,))
+    assert _changes(world) == [("set_route", "service/vllm", {"selector": STABLE}), ("scale", "deployment/vllm-v2", 0),
+                               ("scale", "deployment/vllm-v2", 1),
+                               ("set_route", "service/vllm", {"selector": {"app": "vllm"}})]

@@ -116,3 +116,13 @@ def test_kubectl_reads_the_routes_runbook_changed(routes, cluster, kubectl, kube
     assert done.returncode == 0, done.stderr
     refs = json.loads(done.stdout)["spec"]["rules"][0]["backendRefs"]
     assert [(r["name"], r["weight"]) for r in refs] == [("vllm-v1", 100), ("vllm-v2", 0)]
+
+
+def test_kubectl_lists_the_canary_ingress(routes, kubectl, kubeconfig, tmp_path):
+    import subprocess
+
+    done = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "--context", "runbook-test", "-n", "llm",
+                           "--request-timeout=20s", "get", "ingresses", "vllm-canary"],
+                          capture_output=True, text=True, timeout=60, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr
+    assert "vllm-canary" in done.stdout
