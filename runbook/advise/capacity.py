@@ -58,3 +58,19 @@ def safe_max_model_len(model: ModelShape, gpu: Gpu, *, tp: int = 1, weight_bytes
                        kv_dtype_bytes: int = 2) -> int:
     """The SOP's --max-model-len for this model on this GPU (bf16/fp16 weights and KV unless told)."""
     return capacity(model, gpu, weight_bytes=weight_bytes, kv_dtype_bytes=kv_dtype_bytes, tp=tp).safe
+
+
+def safe_max_model_len_for(model: str, gpu: str, *, tp: int = 1) -> int | None:
+    """The same by name (a bundled model, a GPU of the table); None when either is not known.
+
+    For a caller such as `k8s.set_arg`'s --max-model-len floor, which has the names and no tables.
+    """
+    from runbook.advise.tables import bundled_model, gpu_by_name
+    from runbook.errors import InvalidInput
+
+    shape = bundled_model(model)
+    try:
+        found = gpu_by_name(gpu)
+    except InvalidInput:
+        return None
+    return None if shape is None else safe_max_model_len(shape, found, tp=tp)

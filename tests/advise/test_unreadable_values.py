@@ -1,0 +1,56 @@
+"""Values `advise` cannot read are said, never guessed: a model set from a Secret, a flag computed from a
+ConfigMap; and the by-name capacity function a --max-model-len floor could use."""
+
+from __future__ import annotations
+
+import json
+
+from runbook.advise.capacity import safe_max_model_len_for
+from tests.cli.helpers import runbook
+
+MANIFEST = """\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: vllm, namespace: llm}
+spec:
+  template:
+    spec:
+      nodeSelector: {cloud.google.com/gke-accelerator: nvidia-h100-80gb}
+      containers:
+        - name: vllm
+          command: [python3, -m, vllm.entrypoints.openai.api_server]
+          args: [--model=$(MODEL_ID), --max-model-len=$(MAX_LEN), --gpu-memory-utilization=0.82, --max-num-seqs=64,
+                 --block-size=32]
+          env:
+            - name: MODEL_ID
+              valueFrom: {secretKeyRef: {name: model, key: id}}
+            - name: MAX_LEN
+              valueFrom: {configMapKeyRef: {name: vllm, key: max-len}}
+"""
+
+
+def test_a_model_from_a_secret_needs_model(tmp_path):
+    path = tmp_path / "sts.yaml"
+    path.write_text(MANIFEST)
+    result = runbook("advise", "-f", str(path))
+    assert result.exit_code == 3
+    assert "the model is '$(MODEL_ID)' (args[0]), which runbook cannot read; give the model with --model NAME" \
+        in result.stderr
+
+    result = runbook("advise", "-f", str(path), "--model", "Qwen/Qwen2.5-72B-Instruct", "-o", "json")
+    [advice] = json.loads(result.stdout)["workloads"]
+    assert advice["model"] == "Qwen/Qwen2.5-72B-Instruct"
+    # 72.7B params in bf16 do not fit one H100: the length check says so, with no value to suggest.
+    [finding] = advice["findings"]
+    assert (finding["check"], finding["severity"], finding["suggested"]) == ("max-model-len", "error", None)
+    assert "leave no KV cache room on one H100-80" in finding["reason"]
+    assert advice["unchecked"][0] == ("--max-model-len '$(MAX_LEN)' (args[1]) is not a number written in place "
+                                      "(computed elsewhere?): not checked")
+    assert result.exit_code == 10
+
+
+def test_the_safe_length_by_name():
+    # Llama-3.1-8B on an L4: 25716 (tests/advise/test_manifests.py has the arithmetic).
+    assert safe_max_model_len_for("meta-llama/Llama-3.1-8B-Instruct", "L4-24") == 25716
+    assert safe_max_model_len_for("example/unknown", "L4-24") is None
+    assert safe_max_model_len_for("meta-llama/Llama-3.1-8B-Instruct", "B300") is None
