@@ -33,7 +33,7 @@ def step_needs(step: Step) -> set[str]:
         return {"metrics"}
     if family == "k8s":
         return {"cluster"}
-    if family == "node":
+    if family in ("node", "compose"):  # a Docker Compose host is reached over SSH like a GPU node
         return {"nodes"}
     if step.uses == "http.probe":
         return set() if "url" in step.with_ else {"cluster"}  # pods are found through the cluster
