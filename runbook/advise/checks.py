@@ -139,9 +139,15 @@ def _model(launch: Launch, options: Options, where: str) -> tables.ModelShape:
     return shape
 
 
-def _gpu(spec: WorkloadSpec, options: Options, where: str) -> tables.Gpu:
+def _gpu(spec: WorkloadSpec, container: Mapping[str, Any], options: Options, where: str) -> tables.Gpu:
     if options.gpu is not None:
         return options.gpu
+    # A MIG slice is all the container gets, whatever GPU the node's label names.
+    resources = container.get("resources") or {}
+    for part in ("limits", "requests"):
+        slice_ = tables.gpu_from_mig(resources.get(part) or {}, f"resources.{part}")
+        if slice_ is not None:
+            return slice_
     found = tables.gpu_from_labels(required_node_labels(spec.pod_spec), "nodeSelector")
     if found is None:
         raise InvalidInput(f"{where}: cannot tell which GPU {spec.ref} runs on (no "
@@ -157,7 +163,7 @@ def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, op
     unchecked: list[str] = []
     said = f"{where} {spec.ref} container {launch.container}"
     model = _model(launch, options, said)
-    gpu = _gpu(spec, options, said)
+    gpu = _gpu(spec, container, options, said)
 
     def flag_where(flag: str) -> str:
         return launch.flags[flag].where if flag in launch.flags else "not set"
@@ -194,6 +200,10 @@ def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, op
     # --max-model-len against the GPU and the model.
     weight_bytes = _weight_bytes(launch, model, unchecked)
     kv_bytes = _kv_bytes(launch, model, unchecked)
+    if (_number(launch, "--pipeline-parallel-size", unchecked) or 1) > 1:
+        unchecked.append("--max-model-len: pipeline parallelism splits the layers across GPUs, which runbook does "
+                         "not size yet: not checked against the GPU")
+        weight_bytes = None
     if weight_bytes is not None and kv_bytes is not None:
         room = capacity(model, gpu, weight_bytes=weight_bytes, kv_dtype_bytes=kv_bytes, tp=tp)
         steps = room.steps(model, tp, weight_bytes, kv_bytes)

@@ -9,6 +9,7 @@ import importlib.resources
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -92,6 +93,18 @@ def gpu_from_labels(labels: Mapping[str, str], where: str) -> Gpu | None:
                 return Gpu(entry["name"], entry["memory_mib"] * MIB, f"{where} {key}={value}")
         raise InvalidInput(f"{where} {key}={value}: not a GPU runbook knows ({', '.join(gpu_names())}); "
                            "give --gpu NAME or --gpu-memory-gib N")
+    return None
+
+
+_MIG_RESOURCE = re.compile(r"nvidia\.com/mig-([0-9]+)g\.([0-9]+)gb")
+
+
+def gpu_from_mig(resources: Mapping[str, Any], where: str) -> Gpu | None:
+    """A MIG slice the container asks for (`nvidia.com/mig-3g.40gb`): its nominal GB, a little under the real size."""
+    for key in resources:
+        found = _MIG_RESOURCE.fullmatch(str(key))
+        if found:
+            return Gpu(f"MIG {found[1]}g.{found[2]}gb", int(found[2]) * 10**9, f"{where} {key}")
     return None
 
 

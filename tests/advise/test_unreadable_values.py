@@ -54,3 +54,32 @@ def test_the_safe_length_by_name():
     assert safe_max_model_len_for("meta-llama/Llama-3.1-8B-Instruct", "L4-24") == 25716
     assert safe_max_model_len_for("example/unknown", "L4-24") is None
     assert safe_max_model_len_for("meta-llama/Llama-3.1-8B-Instruct", "B300") is None
+
+
+MIG = """\
+kind: Deployment
+metadata: {name: small}
+spec:
+  template:
+    spec:
+      nodeSelector: {cloud.google.com/gke-accelerator: nvidia-a100-80gb}
+      containers:
+        - name: vllm
+          command: [vllm, serve, Qwen/Qwen2.5-7B-Instruct, --max-model-len, "32768", --gpu-memory-utilization,
+                    "0.82", --max-num-seqs, "16", --block-size, "32"]
+          resources: {limits: {nvidia.com/mig-2g.20gb: 1}}
+"""
+
+
+def test_a_mig_slice_is_all_the_container_gets(tmp_path):
+    path = tmp_path / "mig.yaml"
+    path.write_text(MIG)
+    result = runbook("advise", "-f", str(path), "-o", "json")
+    [advice] = json.loads(result.stdout)["workloads"]
+    # Not the node's A100 80GB: the 2g.20gb slice, counted as its nominal 20 GB (the real slice is a little more).
+    assert (advice["gpu"], advice["gpu_source"]) == ("MIG 2g.20gb", "resources.limits nvidia.com/mig-2g.20gb")
+    # 20000000000 x 0.82 = 16400000000; weights 7.62e9 x 2 = 15240000000; KV 2 x 28 x 4 x 128 x 2 = 57344 B/token;
+    # 1160000000 / 57344 = 20228 tokens; 90% = 18205.
+    [finding] = advice["findings"]
+    assert (finding["check"], finding["current"], finding["suggested"]) == ("max-model-len-too-large", "32768", "18205")
+    assert result.exit_code == 10
