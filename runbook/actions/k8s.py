@@ -12,6 +12,7 @@ from typing import Literal
 
 import pydantic
 
+from runbook import flags as flag_values
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.fanout import fan_out
@@ -20,7 +21,7 @@ from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods, workload_
 from runbook.model.duration import Duration, format_duration
 from runbook.parsers import nvidia_smi, procs, sockets
 from runbook.parsers.errors import ParseError
-from runbook.registry import Kind, action
+from runbook.registry import ActionParams, Kind, action
 
 MAX_EXCERPT_LINES = 20
 MAX_OUTPUT_CHARS = 16_000
@@ -178,3 +179,44 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
         summary += "; no answer from " + ", ".join(sorted(errors))
     return ActionResult.ok(summary, answers=answers, unhealthy=unhealthy, reasons=reasons, errors=errors,
                            at=ctx.now.isoformat() if isinstance(ctx.now, dt.datetime) else None)
+
+
+class WorkloadParams(ActionParams):
+    target: fields.WorkloadRef
+    container: fields.K8sName
+    flags: tuple[str, ...] = pydantic.Field((), max_length=16)
+    namespace: fields.K8sName | None = None
+
+
+@action("k8s.workload", kind=Kind.DIAGNOSTIC, params=WorkloadParams)
+def workload(ctx: StepContext, p: WorkloadParams) -> ActionResult:
+    """A workload's replicas and the current values of some flags of one container (issue 16, item 9).
+
+    Result: `replicas`, `ready_replicas` and `flags` (flag → its value, a number where it reads as
+    one, None where unset), so a later step's `when` can tell whether a flag is at its floor.
+    """
+    namespace = ctx.namespace(p.namespace)
+    kind, name = base.parse_workload(p.target)
+    found = ctx.cluster.get_workload(namespace, kind, name)
+    spec = found.container(p.container)
+    values: dict[str, object] = {}
+    for flag in p.flags:
+        raw = flag_values.find_flag(spec.command, spec.args, flag, container=p.container, env=spec.env)
+        values[flag] = _number(raw)
+    shown = ", ".join(f"{flag}={value}" for flag, value in values.items())
+    ctx.evidence("text", f"{found.ref} in {namespace}", replicas=found.replicas, ready_replicas=found.ready_replicas,
+                 flags=values)
+    return ActionResult.ok(f"{found.ref}: {found.ready_replicas}/{found.replicas} ready" + (f"; {shown}" if shown else ""),
+                           replicas=found.replicas, ready_replicas=found.ready_replicas, flags=values)
+
+
+def _number(raw: str | None) -> object:
+    if raw is None:
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw

@@ -74,26 +74,37 @@ def test_item9_the_engine_journals_a_skipped_step_as_skipped_and_goes_on(clock):
     assert [s.id for s in result.steps] == ["oom", "scale-down", "observe"]  # the run went on
 
 
-def test_item9_a_drill_on_a_terminal_applies_skips_and_aborts(tmp_path):
-    """The real prompt on a pseudo-terminal: yes to the scale, `no` to the kill, `abort` at --max-model-len."""
+def _drill_on_a_terminal(tmp_path, scenario: str, answers: bytes):
     primary, secondary = pty.openpty()
     env = {**os.environ, "RUNBOOK_STATE_DIR": str(tmp_path / "state"), "NO_COLOR": "1", "COLUMNS": "200"}
     try:
-        os.write(primary, b"yes\nno\nabort\n")
-        done = subprocess.run([sys.executable, "-m", "runbook", "drill", "oom-surge", "--operator", "alice"],
+        os.write(primary, answers)
+        done = subprocess.run([sys.executable, "-m", "runbook", "drill", scenario, "--operator", "alice"],
                               stdin=secondary, capture_output=True, env=env, timeout=30, text=True)
     finally:
         os.close(secondary)
         os.close(primary)
-    assert done.returncode == 4, done.stderr
-    assert done.stderr.count("apply this change? [y]es / [n]o, skip this step / [a]bort the playbook: ") == 3, \
-        done.stderr
     journal = next((tmp_path / "state" / "incidents").glob("*/journal.jsonl"))
-    events = read_journal(journal).events
+    return done, read_journal(journal).events
+
+
+def test_item9_a_drill_on_a_terminal_applies_skips_and_aborts(tmp_path):
+    """The real prompt on a pseudo-terminal: yes to the scale, `no` to the kill (oom-surge kills the
+    server only at the floor of --max-model-len, issue 16 item 9), `abort` at the lowered value."""
+    done, events = _drill_on_a_terminal(tmp_path / "at-floor", "oom-surge-at-floor", b"yes\nno\n")
+    finished = {e.step: e.data for e in events if e.type == ev.STEP_FINISHED}
+    assert done.stderr.count("apply this change? [y]es / [n]o, skip this step / [a]bort the playbook: ") == 2, \
+        done.stderr
+    assert finished["scale-down"]["status"] == "changed"
+    assert finished["lower-max-model-len"]["status"] == "skipped"  # `when`: at its floor, never asked
+    assert finished["kill-server"]["status"] == "skipped"
+    assert json.dumps([e.data for e in events if e.type == ev.ACTION_SKIPPED]).count("skipped by alice") == 1
+    done, events = _drill_on_a_terminal(tmp_path / "lowered", "oom-surge", b"yes\nabort\n")
+    assert done.returncode == 4, done.stderr
+    assert done.stderr.count("apply this change? [y]es / [n]o, skip this step / [a]bort the playbook: ") == 2, \
+        done.stderr
     finished = {e.step: e.data for e in events if e.type == ev.STEP_FINISHED}
     assert finished["scale-down"]["status"] == "changed"
-    assert finished["kill-server"]["status"] == "skipped"
     assert finished["lower-max-model-len"]["status"] == "refused"
     assert finished["lower-max-model-len"]["summary"] == "guard confirm: aborted at the prompt (asked alice)"
-    assert "observe" not in finished
-    assert json.dumps([e.data for e in events if e.type == ev.ACTION_SKIPPED]).count("skipped by alice") == 1
+    assert "kill-server" not in finished and "observe" not in finished

@@ -73,7 +73,7 @@ def test_waiting_queue_deletes_the_unready_pod_and_the_queue_drains(k8s, cluster
     assert leases == ["create", "delete"] and k8s.objects("Lease") == []
 
 
-def test_oom_surge_scales_down_kills_and_lowers_max_model_len(k8s, cluster):
+def test_oom_surge_scales_down_and_restarts_once_with_a_lower_max_model_len(k8s, cluster):
     report = data_text("nvidia-smi/q-d-memory-h100-80gb-vllm-serving.txt")
     fleet = Fleet(k8s, memory_report=report)
 
@@ -86,7 +86,7 @@ def test_oom_surge_scales_down_kills_and_lowers_max_model_len(k8s, cluster):
     assert args[args.index("--max-model-len") + 1] == "6635"  # 7372 × 0.9, the rest of the line untouched
     assert [a for i, a in enumerate(args) if i != args.index("--max-model-len") + 1] == \
         ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--max-model-len", "--port", "8000", "--gpu-memory-utilization=0.9"]
-    assert fleet.killed == ["vllm-server-0"]
+    assert fleet.killed == []  # the rollout of the lowered value is the one restart (issue 16, item 9)
     answers = result_of(result, "gpu-memory")["answers"]
     assert sorted(answers) == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]
     # Each change went to the server as a dry run first, then for real.
@@ -94,7 +94,6 @@ def test_oom_surge_scales_down_kills_and_lowers_max_model_len(k8s, cluster):
     assert changes == [("patch", "statefulsets/scale", "vllm-server", True), ("patch", "statefulsets/scale", "vllm-server", False),
                        ("patch", "statefulsets", "vllm-server", True), ("patch", "statefulsets", "vllm-server", False)]
     assert_sequence(events, ["action.planned", "guard.passed", "action.applied",  # scale
-                             "action.planned", "guard.passed", "action.applied",  # kill
                              "action.planned", "guard.passed", "action.applied",  # --max-model-len
                              "verify.passed"], forbidden=("rollback.applied", "action.failed"))
 

@@ -159,7 +159,7 @@ class SignalOnConfirm:
 def test_f9_sigterm_during_a_confirmation_stops_before_the_apply_and_rolls_back(tmp_path):
     with run_signals() as caught:
         result = run_drill("oom-surge", state=tmp_path / "state",
-                           operator=SignalOnConfirm("kill-server", signal.SIGTERM), interrupted=caught.journaled)
+                           operator=SignalOnConfirm("lower-max-model-len", signal.SIGTERM), interrupted=caught.journaled)
     events = read_journal(result.journal).events
     assert_sequence(events, [ev.ACTION_APPLIED, ev.STEP_STARTED, ev.ACTION_CONFIRMED, ev.GUARD_REFUSED,
                              ev.ROLLBACK_APPLIED, ev.RUN_FINISHED])
@@ -174,7 +174,7 @@ def test_f9_sigterm_during_a_confirmation_stops_before_the_apply_and_rolls_back(
 def test_f9_sighup_is_journaled_and_the_run_goes_on_to_its_end(tmp_path, unpiped):
     with run_signals() as caught:
         result = run_drill("oom-surge", state=tmp_path / "state",
-                           operator=SignalOnConfirm("kill-server", signal.SIGHUP), interrupted=caught.journaled)
+                           operator=SignalOnConfirm("lower-max-model-len", signal.SIGHUP), interrupted=caught.journaled)
     events = read_journal(result.journal).events
     notes = [e for e in events if e.type == ev.NOTE and e.data.get("message") == HANGUP_NOTE]
     assert len(notes) == 1
