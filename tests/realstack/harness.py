@@ -90,6 +90,8 @@ def lay(stack: Stack, played: Played, directory: Path, *, clock: Clock | None = 
                        "connect_timeout": 5, "retries": 1},
         "nodes": stack.logins.section(directory / "known_hosts", names),
     }
+    if not scenario.workloads and any(n.compose for n in scenario.nodes):
+        del config["kubernetes"]  # Docker Compose hosts (SOP §6): no Kubernetes, as where such a playbook runs
     path = directory / "runbook.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     return Laid(path, kubeconfig, clock, projection, world)

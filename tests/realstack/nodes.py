@@ -15,12 +15,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from runbook import compose_commands
 from runbook.sim import commands as sim_commands
 from runbook.errors import RunbookError
 from tests.ssh import server as sshd_server
 
 # The tools the world answers for; every other program on the node is the machine's own.
-TOOLS = ("nvidia-smi", "fuser", "cat", "kill", "ps", "pgrep", "pkill", "ss", "stat", "readlink")
+TOOLS = ("nvidia-smi", "fuser", "cat", "kill", "ps", "pgrep", "pkill", "ss", "stat", "readlink", "docker", "curl")
 
 STAND_IN = r'''#!@PYTHON@
 # Stand-in @TOOL@ on node @NODE@: the simulated world's answer, asked over loopback.
@@ -32,6 +33,23 @@ with opener.open(urllib.request.Request("@ORACLE@", data=body), timeout=60) as a
     done = json.loads(answer.read())
 sys.stdout.write(done["stdout"]); sys.stderr.write(done["stderr"])
 sys.exit(done["exit_code"])
+'''
+
+
+# `sh` stays the machine's own, but for the compose actions' two file scripts: the compose file they
+# change is the simulated host's (issue 16, item 5), so those two alone are asked of the world.
+SH_STAND_IN = r'''#!@PYTHON@
+# Stand-in sh on node @NODE@: the compose file scripts go to the simulated world, the rest to /bin/sh.
+import json, os, sys, urllib.request
+SCRIPTS = json.loads(@SCRIPTS@)
+if len(sys.argv) > 2 and sys.argv[1] == "-c" and sys.argv[2] in SCRIPTS:
+    body = json.dumps({"node": "@NODE@", "argv": ["sh", *sys.argv[1:]]}).encode()
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(urllib.request.Request("@ORACLE@", data=body), timeout=60) as answer:
+        done = json.loads(answer.read())
+    sys.stdout.write(done["stdout"]); sys.stderr.write(done["stderr"])
+    sys.exit(done["exit_code"])
+os.execv("/bin/sh", ["sh", *sys.argv[1:]])
 '''
 
 
@@ -104,6 +122,12 @@ class NodeLogins:
                     script.write_text(STAND_IN.replace("@PYTHON@", sys.executable).replace("@TOOL@", tool)
                                       .replace("@NODE@", name).replace("@ORACLE@", oracle.url))
                     script.chmod(0o755)
+                sh = started.base / "bin" / "sh"
+                sh.write_text(SH_STAND_IN.replace("@PYTHON@", sys.executable).replace("@NODE@", name)
+                              .replace("@ORACLE@", oracle.url)
+                              .replace("@SCRIPTS@", repr(json.dumps([compose_commands.WRITE_SCRIPT,
+                                                                     compose_commands.RESTORE_SCRIPT]))))
+                sh.chmod(0o755)
                 if self.servers:  # one client key reaches every node, as one inventory key does
                     first = next(iter(self.servers.values()))
                     with (started.base / "authorized_keys").open("a") as keys:
