@@ -73,6 +73,7 @@ class Finding:
     reason: str
     where: str  # "args[6]" or "not set"
     arithmetic: tuple[str, ...] = ()
+    location: str = ""  # file:line:col of the value (of the container's args when not set); "" when live
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"arithmetic": list(self.arithmetic)}
@@ -107,7 +108,7 @@ def advise_workload(spec: WorkloadSpec, options: Options) -> list[Advice]:
             continue
         launch = read_launch(container)
         if launch is not None:
-            out.append(_advise(spec, container, launch, options, f"containers[{index}]"))
+            out.append(_advise(spec, container, launch, options, index))
     return out
 
 
@@ -156,9 +157,20 @@ def _gpu(spec: WorkloadSpec, container: Mapping[str, Any], options: Options, whe
     return found
 
 
+_WORD = re.compile(r"(command|args)\[([0-9]+)\]")
+
+
+def _location(spec: WorkloadSpec, container: Mapping[str, Any], index: int, where: str) -> str:
+    """Where a finding points in the manifest: the word holding the flag, else where flags are written."""
+    word = _WORD.match(where)
+    if word is not None:
+        return spec.location("containers", index, word[1], int(word[2]))
+    return spec.location("containers", index, "args" if "args" in container else "command")
+
+
 def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, options: Options,
-            index: str) -> Advice:
-    where = f"{spec.where} {index}"
+            index: int) -> Advice:
+    where = f"{spec.where} containers[{index}]"
     findings: list[Finding] = []
     unchecked: list[str] = []
     said = f"{where} {spec.ref} container {launch.container}"
@@ -171,7 +183,8 @@ def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, op
     def add(check: str, flag: str, suggested: str | None, *, severity: str = "warning", reason: str | None = None,
             arithmetic: tuple[str, ...] | list[str] = ()) -> None:
         findings.append(Finding(check, flag, launch.value(flag), suggested, severity, reason or REASONS[check],
-                                flag_where(flag), tuple(arithmetic)))
+                                flag_where(flag), tuple(arithmetic),
+                                _location(spec, container, index, flag_where(flag))))
 
     # --max-seq-len: deprecated, and its value is the model length to check.
     length_flag = "--max-model-len"

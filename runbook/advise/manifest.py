@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from runbook.errors import InvalidInput
+from runbook.loading.positions import PathTuple, Positions
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Pod")
 _DOCUMENT_START = re.compile(r"^---(?=\s|$)")
@@ -23,10 +24,20 @@ class WorkloadSpec:
     namespace: str
     pod_spec: Mapping[str, Any]
     where: str  # "deploy.yaml:16 (document 1)" or "statefulset/vllm-server in llm (live)"
+    file: str = ""  # the manifest, for file:line:col; "" for a live workload
+    positions: Positions | None = None  # where each value of the document was written
+    pod_path: PathTuple = ()  # the pod spec's path in the document: ("spec", "template", "spec")
 
     @property
     def ref(self) -> str:
         return f"{self.kind.lower()}/{self.name}"
+
+    def location(self, *path: str | int) -> str:
+        """`file:line:col` of a value under the pod spec (or its nearest written ancestor); "" when live."""
+        if self.positions is None:
+            return ""
+        _, position = self.positions.nearest((*self.pod_path, *path))
+        return f"{self.file}:{position.line}:{position.column}" if position else self.file
 
 
 def _documents(text: str) -> Iterator[tuple[int, str]]:
@@ -36,7 +47,8 @@ def _documents(text: str) -> Iterator[tuple[int, str]]:
         if _DOCUMENT_START.match(line) or _DOCUMENT_END.match(line):
             yield first, "".join(lines)
             rest = line[3:] if line.startswith("---") else ""
-            first, lines = number, [" " * 3 + rest] if rest.strip() else []
+            # The next document starts on this line when `--- ` carries content, else on the next one.
+            first, lines = (number, [" " * 3 + rest]) if rest.strip() else (number + 1, [])
             continue
         lines.append(line)
     yield first, "".join(lines)
@@ -63,15 +75,19 @@ def read_manifest(path: str | os.PathLike[str]) -> list[WorkloadSpec]:
         loaded = load_yaml("\n" * (first - 1) + piece, file=label, kind="manifest")
         if loaded.problems:
             raise InvalidInput("; ".join(p.format(code=False) for p in loaded.problems))
-        found.extend(workloads_in(loaded.data, f"{label}:{first} (document {count})"))
+        start = first + next((i for i, ln in enumerate(piece.splitlines())
+                              if ln.strip() and not ln.lstrip().startswith("#")), 0)
+        found.extend(dataclasses.replace(spec, file=label, positions=loaded.positions)
+                     for spec in workloads_in(loaded.data, f"{label}:{start} (document {count})"))
     return found
 
 
-def workloads_in(doc: Any, where: str) -> list[WorkloadSpec]:
+def workloads_in(doc: Any, where: str, path: PathTuple = ()) -> list[WorkloadSpec]:
     if not isinstance(doc, Mapping):
         return []
     if doc.get("kind") == "List" or str(doc.get("kind", "")).endswith("List"):
-        return [w for i, item in enumerate(doc.get("items") or []) for w in workloads_in(item, f"{where} items[{i}]")]
+        return [w for i, item in enumerate(doc.get("items") or [])
+                for w in workloads_in(item, f"{where} items[{i}]", (*path, "items", i))]
     kind = doc.get("kind")
     if kind not in WORKLOAD_KINDS:
         return []
@@ -84,7 +100,8 @@ def workloads_in(doc: Any, where: str) -> list[WorkloadSpec]:
     if not isinstance(pod_spec, Mapping):
         field = "spec" if kind == "Pod" else "spec.template.spec"
         raise InvalidInput(f"{where}: {kind}/{name} has no {field}; a workload needs a pod template with containers")
-    return [WorkloadSpec(kind, name, str(meta.get("namespace") or ""), pod_spec, where)]
+    pod_path = (*path, "spec") if kind == "Pod" else (*path, "spec", "template", "spec")
+    return [WorkloadSpec(kind, name, str(meta.get("namespace") or ""), pod_spec, where, pod_path=pod_path)]
 
 
 def required_node_labels(pod_spec: Mapping[str, Any]) -> dict[str, str]:

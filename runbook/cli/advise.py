@@ -118,8 +118,9 @@ def _print_text(advice: list) -> None:
             current = finding.current if finding.current is not None else (
                 "on" if finding.where != "not set" else "not set")
             suggested = finding.suggested if finding.suggested is not None else "remove it"
+            place = f"{finding.location} {finding.where}" if finding.location else finding.where
             console.print(f"  {finding.severity}: {finding.flag} {current} -> {suggested}  [{finding.check}] "
-                          f"({finding.where})", markup=False)
+                          f"({place})", markup=False)
             console.print(f"    why: {finding.reason}", markup=False)
             for step in finding.arithmetic:
                 console.print(f"    = {step}", markup=False)

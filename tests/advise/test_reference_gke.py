@@ -31,6 +31,7 @@ def test_the_gke_gemma_manifest_gets_the_sops_findings():
     # SOP §5: --gpu-memory-utilization 0.82; the manifest has 0.95.
     assert (found["gpu-memory-utilization"]["current"], found["gpu-memory-utilization"]["suggested"]) == ("0.95", "0.82")
     assert found["gpu-memory-utilization"]["where"] == "args[5]"
+    assert found["gpu-memory-utilization"]["location"].endswith(".yaml:54:11")  # `- --gpu-memory-utilization=0.95`
 
     # --max-model-len by hand, GQA-aware (gemma-3-27b: 62 layers, 16 KV heads, head dim 128, bf16, 27.4B params):
     gpu = 81920 * 2**20  # an A100 80GB: nvidia-smi's 81920 MiB = 85899345920 B
@@ -62,11 +63,22 @@ def test_the_gke_gemma_manifest_gets_the_sops_findings():
 
 
 def test_the_gke_manifest_in_words():
-    result = runbook("advise", "-f", str(reference_path(GKE)), env={"NO_COLOR": "1"})
+    path = reference_path(GKE)
+    result = runbook("advise", "-f", str(path), env={"NO_COLOR": "1"})
     assert result.exit_code == 10
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("deployment/vllm-gemma-deployment container inference-server (")
-    assert "  warning: --max-model-len 32768 -> 27709  [max-model-len] (args[6])" in lines
-    assert "  warning: --gpu-memory-utilization 0.95 -> 0.82  [gpu-memory-utilization] (args[5])" in lines
+    # Each finding points at the line of the manifest that holds the flag (the list item, after its "- ").
+    written = path.read_text(encoding="utf-8").splitlines()
+
+    def at(text: str) -> str:
+        number = next(i for i, line in enumerate(written, start=1) if line.strip() == f"- {text}")
+        return f"{path}:{number}:{written[number - 1].index(text) + 1}"
+
+    assert lines[0] == (f"deployment/vllm-gemma-deployment container inference-server ({path}:16 (document 1) "
+                        "containers[0]): model google/gemma-3-27b-it (bundled table), GPU A100-80 (nodeSelector "
+                        "cloud.google.com/gke-accelerator=nvidia-a100-80gb)")
+    assert f"  warning: --max-model-len 32768 -> 27709  [max-model-len] ({at('--max-model-len=32768')} args[6])" in lines
+    assert (f"  warning: --gpu-memory-utilization 0.95 -> 0.82  [gpu-memory-utilization] "
+            f"({at('--gpu-memory-utilization=0.95')} args[5])") in lines
     assert lines[-1] == "3 findings"
     assert "\x1b[" not in result.stdout
