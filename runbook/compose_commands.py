@@ -80,7 +80,7 @@ def health_argv(port: int, path: str, seconds: float) -> list[str]:
             or not isinstance(path, str) or not HEALTH_PATH.fullmatch(path) or not 0 < seconds <= 600:
         raise InvalidInput(f"health check http://127.0.0.1:{port}{path} within {seconds}s is not a port, "
                            f"a plain path and a time limit")
-    return ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-m", f"{seconds:g}",
+    return ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "-m", f"{seconds:g}",
             f"http://127.0.0.1:{port}{path}"]
 
 

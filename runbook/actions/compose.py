@@ -90,8 +90,11 @@ def _serving(row: dict) -> bool:
 def ps(ctx: StepContext, p: ServiceParams) -> ActionResult:
     """The service's containers (`docker compose ps`): state and health. `unhealthy` names the service
     when none of its containers runs healthy."""
-    rows = service_containers(ctx, p)
-    ctx.evidence("pods", f"docker compose ps {p.service} on {p.node}", node=p.node, service=p.service, containers=rows)
+    argv = commands.ps_argv(p.file, p.service)
+    text = _run(ctx, p.node, argv, p.timeout)
+    rows = [r for r in parse_compose_ps(text, f"{p.service} on {p.node}") if r["service"] in ("", p.service)]
+    ctx.evidence("command", f"docker compose ps {p.service} on {p.node}", node=p.node, command=argv, exit_code=0,
+                 stdout=text[:16000], containers=rows)
     bad = not any(_serving(r) for r in rows)
     shown = ", ".join(f"{r['name']} {r['state']}" + (f" ({r['health']})" if r["health"] else "") for r in rows) or "none"
     return ActionResult.ok(f"{p.service} on {p.node}: {shown}", containers=rows,
@@ -146,14 +149,15 @@ def health(ctx: StepContext, p: HealthParams) -> ActionResult:
     `unhealthy` names the service unless it answers 200 in time."""
     argv = commands.health_argv(p.port, p.path, p.health_timeout)
     out = ctx.nodes.run(p.node, argv, timeout=max(p.timeout, p.health_timeout + 5))
-    code = out.stdout.strip()
+    code, _, took = out.stdout.strip().partition(" ")
     timed_out = out.exit_code == 28
     ok = out.exit_code == 0 and code == "200"
     why = (f"no answer within {p.health_timeout:g}s" if timed_out else
            f"curl exited {out.exit_code}: {out.stderr.strip()[:200]}" if out.exit_code else
            f"HTTP {code}" if not ok else None)
+    answer = ({"status": code, "seconds": took or "?"} if out.exit_code == 0 else {"error": why})
     ctx.evidence("probe", f"GET {p.path} on {p.node}:{p.port}", node=p.node, port=p.port, path=p.path,
-                 status=code if out.exit_code == 0 else None, ok=ok, reason=why)
+                 answers={p.service: answer}, ok=ok)
     status = "failed" if p.fail_unhealthy and not ok else "ok"
     return ActionResult(status, f"{p.service} on {p.node}: {p.path} " + ("answered 200" if ok else why),
                         {"unhealthy": [] if ok else [p.service], "reasons": {} if ok else {p.service: why}})
@@ -177,8 +181,9 @@ def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
         raise CommandFailed(f"`docker logs` of {p.service} on {p.node} exited {out.exit_code}: {out.stderr.strip()[:300]}")
     lines = (out.stdout + out.stderr).splitlines()
     hits = [line for line in lines if re.search(p.pattern, line)] if p.pattern else []
+    shown = hits if p.pattern else lines
     ctx.evidence("logs", f"docker logs --since {seconds}s {p.service} on {p.node}", node=p.node, service=p.service,
-                 lines=(hits if p.pattern else lines)[-200:], truncated=out.truncated)
+                 count=len(shown), by_pod={p.service: len(shown)}, excerpt=shown[-40:], truncated=out.truncated)
     summary = f"{p.service} on {p.node}: {len(lines)} log line(s)" + (f", {len(hits)} matching" if p.pattern else "")
     return ActionResult.ok(summary, lines=len(lines), matches=len(hits))
 

@@ -191,7 +191,7 @@ def answer(state: WorldState, node: str, argv: Sequence[str], timeout: float) ->
             state.wait(limit)
             return _fail(f"curl: (28) Operation timed out after {int(limit * 1000)} milliseconds with 0 bytes "
                          f"received\n", 28)
-        return _ok("200")
+        return _ok("200 0.004117")
     if argv == cc.cat_argv(spec.file):
         return _ok(p.text)
     if argv[:3] == ["sh", "-c", cc.WRITE_SCRIPT] and argv[4] == spec.file:

@@ -91,7 +91,7 @@ with open(os.path.join(W, "docker.log"), "a") as log:
     log.write(json.dumps(["curl", *sys.argv[1:]]) + "\n")
 st = json.load(open(os.path.join(W, "state.json")))
 if st["healthy"]:
-    sys.stdout.write("200")
+    sys.stdout.write("200 0.003514")
 else:
     sys.stderr.write("curl: (28) Operation timed out after 5001 milliseconds with 0 bytes received\n")
     sys.exit(28)
@@ -173,7 +173,8 @@ def test_a_hung_vllm_container_is_restarted_once_and_answers_again(node, nodes):
 
     result, events = run("zombie-process-compose", node, nodes, {"http_503_per_min": errors})
     assert result.outcome == "resolved", result.reason
-    health = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", "-m", "5", "http://127.0.0.1:8000/health"]
+    health = ["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}", "-m", "5",
+              "http://127.0.0.1:8000/health"]
     assert node.asked == [
         compose(node, *PS),
         compose(node, *PS), ["docker", "top", OLD_ID, "-eo", "pid,ppid,stat,etimes,args"],
