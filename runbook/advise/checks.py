@@ -246,6 +246,7 @@ def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, op
             reason=f"{REASONS['max-position-embeddings']}: {model.name}'s is {model.max_position_embeddings}")
 
     _batch_checks(launch, options, add, unchecked)
+    unchecked.extend(_unread_flags(launch, container))
     return Advice(spec.ref, spec.namespace, where, launch.container, launch.form, model.name, model.source,
                   gpu.name, gpu.source, tuple(findings), tuple(unchecked))
 
@@ -306,6 +307,28 @@ def _batch_checks(launch: Launch, options: Options, add: Any, unchecked: list[st
             "--enable-chunked-prefill"
         add("chunked-prefill", flag, "--enable-chunked-prefill",
             reason=f"{REASONS['chunked-prefill']}; P95 prompt is {p95} tokens, over 2048: enable it")
+
+
+_CHECKED = ("--max-model-len", "--max-seq-len", "--gpu-memory-utilization", "--max-num-seqs",
+            "--max-num-batched-tokens", "--enforce-eager", "--block-size", "--enable-chunked-prefill",
+            "--tensor-parallel-size")
+# Any of them in a text, in either spelling vLLM's parser takes (`--max_model_len` is `--max-model-len`).
+_CHECKED_MENTION = re.compile("(?:" + "|".join("--" + flag[2:].replace("-", "[-_]") for flag in _CHECKED)
+                              + r")(?![\w-])")
+
+
+def _unread_flags(launch: Launch, container: Mapping[str, Any]) -> list[str]:
+    """Flags vLLM may get from where this reading does not look: said, so a clean result is not overclaimed."""
+    notes = []
+    if "--config" in launch.flags:
+        notes.append(f"--config {launch.value('--config')} ({launch.flags['--config'].where}): flags in that file "
+                     "are not read; only the command line is checked")
+    for entry in container.get("env") or []:
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        if isinstance(value, str) and _CHECKED_MENTION.search(value):
+            notes.append(f"env {entry.get('name')} holds launch flags (as KServe's VLLM_ADDITIONAL_ARGS does), "
+                         "which are not read; only the command line is checked")
+    return notes
 
 
 def _weight_bytes(launch: Launch, model: tables.ModelShape, unchecked: list[str]) -> Fraction | None:

@@ -83,3 +83,17 @@ def test_a_mig_slice_is_all_the_container_gets(tmp_path):
     [finding] = advice["findings"]
     assert (finding["check"], finding["current"], finding["suggested"]) == ("max-model-len-too-large", "32768", "18205")
     assert result.exit_code == 10
+
+
+def test_flags_from_a_config_file_or_an_env_var_are_said_not_read(tmp_path):
+    path = tmp_path / "kserve.yaml"
+    path.write_text(MIG.replace('          resources: {limits: {nvidia.com/mig-2g.20gb: 1}}\n',
+                                '          args: [--config, /etc/vllm/config.yaml]\n'
+                                '          env: [{name: VLLM_ADDITIONAL_ARGS, value: "--max_model_len 4096"}]\n'))
+    result = runbook("advise", "-f", str(path), "-o", "json")
+    [advice] = json.loads(result.stdout)["workloads"]
+    assert advice["unchecked"][-2:] == [
+        "--config /etc/vllm/config.yaml (args[1]): flags in that file are not read; only the command line is checked",
+        "env VLLM_ADDITIONAL_ARGS holds launch flags (as KServe's VLLM_ADDITIONAL_ARGS does), which are not read; "
+        "only the command line is checked",
+    ]
