@@ -223,23 +223,27 @@ def _advise(spec: WorkloadSpec, container: Mapping[str, Any], launch: Launch, op
         if model.sliding_window:
             steps.append(f"{model.name} attends to a {model.sliding_window}-token window in most layers: counting "
                          "every layer at full length is the upper bound of its KV cache")
+        # What vLLM itself will have, at the configured utilization (else its default 0.9): past this
+        # ceiling one sequence of that length does not fit, and vLLM refuses to start.
+        vllm_ceiling = capacity(model, gpu, weight_bytes=weight_bytes, kv_dtype_bytes=kv_bytes, tp=tp,
+                                utilization=utilization if utilization is not None
+                                else Fraction(VLLM_DEFAULT_UTILIZATION)).ceiling
+        unset = max_model_len is None and length_flag not in launch.flags
         if room.safe <= 0:
             add("max-model-len", length_flag, None, severity="error", arithmetic=steps,
                 reason=f"{model.name}'s weights leave no KV cache room on one {gpu.name} at 0.82: use more GPUs "
                        "(--tensor-parallel-size) or a larger GPU")
-        elif max_model_len is None and "--max-model-len" not in launch.flags and length_flag == "--max-model-len":
+        elif unset and model.max_position_embeddings > room.safe:
+            # Unset, vLLM sizes for the model's whole context; where that fits the SOP's line, nothing to say.
             add("max-model-len-unset", "--max-model-len", str(room.safe), arithmetic=steps,
-                severity="error" if model.max_position_embeddings > room.ceiling else "warning")
+                severity="error" if model.max_position_embeddings > vllm_ceiling else "warning")
         elif max_model_len is not None and model.max_position_embeddings >= max_model_len > room.safe:
-            # What vLLM itself will have: the configured utilization, else its default 0.9.
-            configured = capacity(model, gpu, weight_bytes=weight_bytes, kv_dtype_bytes=kv_bytes, tp=tp,
-                                  utilization=utilization if utilization is not None
-                                  else Fraction(VLLM_DEFAULT_UTILIZATION))
-            too_large = max_model_len > configured.ceiling
+            too_large = max_model_len > vllm_ceiling
             add("max-model-len-too-large" if too_large else "max-model-len", length_flag, str(room.safe),
                 severity="error" if too_large else "warning", arithmetic=steps)
         if max_model_len is not None and max_model_len > model.max_position_embeddings:
-            add("max-position-embeddings", length_flag, str(room.safe), severity="error", arithmetic=steps,
+            suggested = room.safe if room.safe > 0 else model.max_position_embeddings
+            add("max-position-embeddings", length_flag, str(suggested), severity="error", arithmetic=steps,
                 reason=f"{REASONS['max-position-embeddings']}: {model.name}'s is {model.max_position_embeddings}")
     elif max_model_len is not None and max_model_len > model.max_position_embeddings:
         add("max-position-embeddings", length_flag, str(model.max_position_embeddings), severity="error",

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from runbook.advise.capacity import safe_max_model_len_for
 from tests.cli.helpers import runbook
 
@@ -97,3 +99,32 @@ def test_flags_from_a_config_file_or_an_env_var_are_said_not_read(tmp_path):
         "env VLLM_ADDITIONAL_ARGS holds launch flags (as KServe's VLLM_ADDITIONAL_ARGS does), which are not read; "
         "only the command line is checked",
     ]
+
+
+UNSET = """\
+kind: Deployment
+metadata: {name: llama}
+spec:
+  template:
+    spec:
+      nodeSelector: {cloud.google.com/gke-accelerator: GPU}
+      containers:
+        - name: vllm
+          command: [vllm, serve, meta-llama/Llama-3.1-8B-Instruct, --gpu-memory-utilization, "0.82", --max-num-seqs,
+                    "16", --block-size, "32"]
+"""
+
+
+@pytest.mark.parametrize("gpu, findings", [
+    # H100: (70127306014 - 16060000000) / 131072 = 412500 tokens, 90% = 371250 > 131072 positions: the default fits.
+    ("nvidia-h100-80gb", []),
+    # L4: 25716 is the SOP's line (test_manifests.py); at 0.82 not even one 131072-token sequence fits (28574).
+    ("nvidia-l4", [("max-model-len-unset", None, "25716", "error")]),
+])
+def test_no_max_model_len_is_a_finding_only_where_the_whole_context_does_not_fit(tmp_path, gpu, findings):
+    path = tmp_path / "llama.yaml"
+    path.write_text(UNSET.replace("GPU", gpu))
+    result = runbook("advise", "-f", str(path), "-o", "json")
+    [advice] = json.loads(result.stdout)["workloads"]
+    assert [(f["check"], f["current"], f["suggested"], f["severity"]) for f in advice["findings"]] == findings
+    assert result.exit_code == (10 if findings else 0)
