@@ -130,7 +130,10 @@ def _model(launch: Launch, options: Options, where: str) -> tables.ModelShape:
     if options.model_config:
         return tables.model_from_config(options.model_config)
     name = options.model or launch.model
-    if name is None or "$" in name:
+    if name is None:
+        raise InvalidInput(f"{where}: {launch.model_where}; give the model with --model NAME or its config.json "
+                           "with --model-config PATH")
+    if "$" in name:
         raise InvalidInput(f"{where}: the model is {name!r} ({launch.model_where}), which runbook cannot read; give "
                            "the model with --model NAME or its config.json with --model-config PATH")
     shape = tables.bundled_model(name)

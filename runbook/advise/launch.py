@@ -137,6 +137,6 @@ def read_launch(container: Mapping[str, Any]) -> Launch | None:
         model, model_where = flags["--model"].value, flags["--model"].where
     elif form == "vllm serve" and positionals:
         model, model_where = _resolve(positionals[0][0], env), positionals[0][1]
-    elif form != "vllm serve":
-        model, model_where = "facebook/opt-125m", "vLLM's default (no --model)"
+    else:
+        model_where = "no --model on the command line: vLLM would serve its own default model"
     return Launch(str(container.get("name") or ""), form, flags, model, model_where)

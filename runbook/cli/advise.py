@@ -13,9 +13,10 @@ from runbook.cli.output import output_option
 @click.option("-f", "--filename", "manifest", type=click.Path(dir_okay=False), default=None,
               help="A manifest file (multi-document YAML): its Deployments, StatefulSets, DaemonSets and Pods.")
 @click.option("--namespace", "-n", default="default", show_default=True, help="Namespace of WORKLOAD.")
-@click.option("--gpu", "gpu_name", default=None, help="The GPU (A100-80, H100-80, H200-141, L4-24, A10G-24, …).")
+@click.option("--gpu", "gpu_name", default=None, shell_complete=lambda ctx, param, incomplete: _gpu_names(incomplete),
+              help="The GPU (A100-80, H100-80, H200-141, L4-24, A10G-24, …).")
 @click.option("--gpu-memory-gib", type=float, default=None, help="One GPU's memory in GiB, for a GPU not in the table.")
-@click.option("--model", "model_name", default=None, help="The model, when the command line does not say it readably.")
+@click.option("--model", "model_name", default=None, help="The model to size for (default: the command line's --model, or vllm serve MODEL).")
 @click.option("--model-config", type=click.Path(dir_okay=False), default=None,
               help="The model's config.json (layers, KV heads, head dim, max_position_embeddings).")
 @click.option("--avg-concurrency", type=click.IntRange(min=1), default=None,
@@ -36,8 +37,9 @@ def advise(workload: str | None, manifest: str | None, namespace: str, gpu_name:
            kubeconfig: str | None, kube_context: str | None, in_cluster: bool, output: str) -> None:
     """Check a vLLM workload's launch flags against the SOP (section 5), each finding with why and a value.
 
-    runbook advise -f deploy.yaml          a manifest file
-    runbook advise statefulset/vllm-server -n llm   the live workload
+    \b
+    runbook advise -f deploy.yaml                    a manifest file
+    runbook advise statefulset/vllm-server -n llm    the live workload
 
     Exit codes: 0 nothing to change, 10 findings, 3 input that cannot be read (the message says which and how).
     """
@@ -71,6 +73,14 @@ def advise(workload: str | None, manifest: str | None, namespace: str, gpu_name:
         _print_text(advice)
     if findings:
         raise SystemExit(int(ExitCode.FINDINGS))
+
+
+def _gpu_names(incomplete: str) -> list:
+    from click.shell_completion import CompletionItem
+
+    from runbook.advise.tables import gpu_names
+
+    return [CompletionItem(name) for name in gpu_names() if name.lower().startswith(incomplete.lower())]
 
 
 def _from_file(path: str) -> list:

@@ -59,3 +59,21 @@ def test_the_sops_a10_example_gqa_aware():
     four = capacity(big, h100, weight_bytes=Fraction(2), kv_dtype_bytes=2, tp=4)
     assert four.kv_bytes_per_token_per_gpu == 2 * 80 * 2 * 128 * 2
     assert four.weight_bytes_per_gpu == 70_600_000_000 * 2 // 4
+
+
+def test_no_model_on_the_command_line_is_said(tmp_path):
+    from tests.cli.helpers import runbook
+
+    path = tmp_path / "d.yaml"
+    path.write_text("kind: Pod\nmetadata: {name: p}\nspec:\n  nodeSelector: {nvidia.com/gpu.product: NVIDIA-L4}\n"
+                    "  containers: [{name: v, command: [python3, -m, vllm.entrypoints.openai.api_server]}]\n")
+    result = runbook("advise", "-f", str(path))
+    assert result.exit_code == 3
+    assert "pod/p container v: no --model on the command line: vLLM would serve its own default model; give the " \
+           "model with --model NAME" in result.stderr
+
+
+def test_gpu_names_complete():
+    from runbook.cli.advise import _gpu_names
+
+    assert [item.value for item in _gpu_names("a1")] == ["A10G-24", "A10-24", "A100-40", "A100-80"]
