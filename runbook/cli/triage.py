@@ -484,27 +484,36 @@ class _RulesFormat(click.Choice):
 @click.option("--rule-namespace", default=None, help="PrometheusRule metadata.namespace.")
 @click.option("--label", "labels", multiple=True,
               help="PrometheusRule metadata label key=value, e.g. release=kube-prometheus-stack (repeatable).")
+@click.option("--runbook-url", "runbook_url", default=None, metavar="TEMPLATE",
+              help="Each rule's runbook_url annotation, {playbook} standing for the playbook's name, e.g. "
+                   "https://git.example.com/ops/runbook/blob/main/playbooks/{playbook}.yaml "
+                   "(default: playbooks/{playbook}.yaml).")
 def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str, namespace: str | None,
           params: tuple[str, ...],
           profile: str | None, config_path: str | None, name: str, rule_namespace: str | None,
-          labels: tuple[str, ...]) -> None:
+          labels: tuple[str, ...], runbook_url: str | None) -> None:
     """Export the playbooks' detect conditions as Prometheus alerting rules.
 
     Each rule's alertname is the first of the playbook's `match.alerts`, it carries the label
     runbook_playbook=<name>, and it groups by the alert labels the playbook reads into params,
-    so the alert that fires starts the playbook that re-checks the same condition.
+    so the alert that fires starts the playbook that re-checks the same condition. The SOP's
+    warning lines (the bundled alert table) follow as a second group, each naming the playbook
+    that handles it; no playbook starts on them. A row that needs a param runbook cannot know
+    (max_num_seqs) is left out, with a note, until it is given (-p max_num_seqs=256).
     """
     from runbook.cli.run import parse_params
     from runbook.config import load_config
+    from runbook.signals.alert_table import load_alert_table
     from runbook.signals.catalog import build_catalog
-    from runbook.triage.rules import alerting_rules, prometheus_rule, to_yaml
+    from runbook.triage.rules import RUNBOOK_URL, alerting_rules, prometheus_rule, to_yaml
 
     fixed: dict[str, Any] = parse_params(params)
     if namespace:
         fixed["namespace"] = namespace
     catalog = build_catalog(load_config(config_path), profile=profile)
     playbooks, invalid = _load_playbooks(paths, catalog)
-    document, notes = alerting_rules(playbooks, catalog, fixed)
+    document, notes = alerting_rules(playbooks, catalog, fixed, alerts=load_alert_table(),
+                                     url=runbook_url or RUNBOOK_URL)
     if fmt == "prometheusrule":
         meta = parse_params(labels, "--label")
         document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)

@@ -273,7 +273,8 @@ class Catalog:
 
 def bundled_profiles() -> list[str]:
     folder = importlib.resources.files("runbook.signals")
-    return sorted(Path(str(p)).stem for p in folder.iterdir() if str(p).endswith(".yaml"))
+    return sorted(Path(str(p)).stem for p in folder.iterdir()
+                  if str(p).endswith(".yaml") and Path(str(p)).name != "alerts.yaml")  # alerts.yaml: the alert table
 
 
 def _profile_path(name: str, relative_to: Path | None = None) -> Path:
