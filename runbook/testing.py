@@ -166,7 +166,8 @@ class FakeCluster:
         raise AssertionError(f"unexpected exec in {pod}: {argv}")
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int, tail_lines: int | None = None,
-             limit_bytes: int | None = None, container: str | None = None) -> list[PodLog]:
+             limit_bytes: int | None = None, container: str | None = None, previous: bool = False,
+             timestamps: bool = False) -> list[PodLog]:
         return [PodLog(p.name, "") for p in self.list_pods(namespace, selector)]
 
 

@@ -1,4 +1,4 @@
-"""`k8s.pods`, `k8s.logs`, `k8s.exec`: read-only looks into pods.
+"""`k8s.pods`, `k8s.exec`, `k8s.workload`: read-only looks into pods (`k8s.logs` is in k8s_logs).
 
 `k8s.exec` can parse what it ran (nvidia-smi memory, ps, sockets) and names the pods whose
 answer looks unhealthy, so later steps can act on exactly those.
@@ -17,13 +17,11 @@ from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.fanout import fan_out
 from runbook.actions import base
-from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods, workload_selector
-from runbook.model.duration import Duration, format_duration
+from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods
 from runbook.parsers import nvidia_smi, procs, sockets
 from runbook.parsers.errors import ParseError
 from runbook.registry import ActionParams, Kind, action
 
-MAX_EXCERPT_LINES = 20
 MAX_OUTPUT_CHARS = 16_000
 
 
@@ -42,53 +40,6 @@ def pods(ctx: StepContext, p: PodsParams) -> ActionResult:
     return ActionResult.ok(f"{len(ready)}/{len(found)} ready" + (f"; not ready: {', '.join(not_ready)}" if not_ready else "")
                            + (f"; OOMKilled: {', '.join(oom)}" if oom else ""),
                            pods=rows, ready=ready, not_ready=not_ready, oom_killed=oom, total=len(found))
-
-
-class LogsParams(PodsParams):
-    since: Duration = 300.0
-    pattern: fields.Pattern | None = None
-    container: fields.K8sName | None = None
-    tail_lines: int | None = pydantic.Field(None, ge=1, le=100_000)
-    limit_bytes: int = pydantic.Field(1_048_576, ge=1024, le=64 * 1_048_576)
-
-
-@action("k8s.logs", kind=Kind.DIAGNOSTIC, params=LogsParams)
-def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
-    """Read logs of the selected pods since a duration ago and count lines matching `pattern`.
-
-    The SOP's check for an avalanche: `selector: app=api-gateway, since: 5m, pattern: " 503 "`.
-    Result: `count`, `by_pod`, and an `excerpt` of the first matching lines.
-    """
-    namespace = ctx.namespace(p.namespace)
-    if p.selector is None and p.workload is None:
-        raise ValueError("k8s.logs needs `selector` or `workload`")
-    selector = select_selector(ctx, p, namespace)
-    found = ctx.cluster.logs(namespace, selector, since_seconds=int(p.since), tail_lines=p.tail_lines,
-                             limit_bytes=p.limit_bytes, container=p.container)
-    regex = re.compile(p.pattern) if p.pattern else None
-    by_pod: dict[str, int] = {}
-    excerpt: list[str] = []
-    truncated = []
-    for log in found:
-        lines = [line for line in log.text.splitlines() if regex is None or regex.search(line)]
-        by_pod[log.pod] = len(lines)
-        excerpt.extend(f"{log.pod}: {line}" for line in lines[: MAX_EXCERPT_LINES - len(excerpt)])
-        if log.truncated:
-            truncated.append(log.pod)
-    count = sum(by_pod.values())
-    what = f"lines matching /{p.pattern}/" if p.pattern else "lines"
-    ctx.evidence("logs", f"{what} in the last {format_duration(p.since)}", selector=selector, count=count,
-                 by_pod=by_pod, excerpt=excerpt, truncated=truncated)
-    note = f" (capped at {p.limit_bytes} bytes for {', '.join(truncated)})" if truncated else ""
-    return ActionResult.ok(f"{count} {what} in the last {format_duration(p.since)} across {len(found)} pods{note}",
-                           count=count, by_pod=by_pod, excerpt=excerpt, truncated=truncated)
-
-
-
-def select_selector(ctx: StepContext, p: PodsParams, namespace: str) -> dict[str, str]:
-    if p.selector is not None:
-        return base.parse_selector(p.selector)
-    return workload_selector(ctx, namespace, p.workload)  # type: ignore[arg-type]
 
 
 class ExecParams(PodsParams):

@@ -195,6 +195,7 @@ class Cluster(Protocol):
     A change made from a plan carries the plan's baseline: the `resource_version` of the workload
     as the plan read it and the values the plan saw (`expected_replicas`, `expected`). Where the
     workload is no longer that version, or those values, the change is not made: `StalePlan`.
+    absent: bool = False  # previous=True and the container never restarted: there is no previous log
     """
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]: ...
@@ -236,7 +237,11 @@ class Cluster(Protocol):
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
              tail_lines: int | None = None, limit_bytes: int | None = None,
-             container: str | None = None) -> list[PodLog]: ...
+             container: str | None = None, previous: bool = False, timestamps: bool = False) -> list[PodLog]:
+        """Each selected pod's log: the running container's, or with `previous` the one before its
+        last restart (`absent` where there is none); `timestamps` puts the kubelet's RFC 3339 time
+        in front of each line."""
+        ...
 
 
 class Nodes(Protocol):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import re
 import threading
 import urllib.parse
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,7 @@ from runbook.sim.commands import run_in_pod, run_on_node
 from runbook.sim.routes import SimRoutes
 from runbook.sim.state import PodState, WorkloadState, WorldState, flag_value
 from runbook.clock import Clock
+from runbook.sim.model import ContainerState
 from runbook.sim.scenario import LogEntry, Scenario
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, StalePlan
 
@@ -275,7 +277,7 @@ class SimCluster:
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
              tail_lines: int | None = None, limit_bytes: int | None = None,
-             container: str | None = None) -> list[PodLog]:
+             container: str | None = None, previous: bool = False, timestamps: bool = False) -> list[PodLog]:
         if not selector:
             raise InvalidInput("reading logs needs a non-empty label selector")
         now = self._state.tick()
@@ -286,8 +288,11 @@ class SimCluster:
             c = pod.container(name)
             if c is None:
                 continue
-            start = max(now - dt.timedelta(seconds=since_seconds), c.started_at)
-            lines = _log_lines(self._state, pod, name, start, now)
+            window = log_window(c, now, since_seconds, previous=previous)
+            if window is None:  # previous=True and no restart: the API's 400, read as "no previous log"
+                out.append(PodLog(pod=pod.name, text="", absent=True))
+                continue
+            lines = _log_lines(self._state, pod, name, *window, timestamps=timestamps)
             if tail_lines is not None:
                 lines = lines[-tail_lines:] if tail_lines > 0 else []
             text = "".join(line + "\n" for line in lines)
@@ -299,14 +304,32 @@ class SimCluster:
         return out
 
 
-def _log_lines(state: WorldState, pod: PodState, container: str, start: dt.datetime, end: dt.datetime) -> list[str]:
+def log_window(c: ContainerState, now: dt.datetime, since_seconds: int | None, *,
+               previous: bool = False) -> tuple[dt.datetime, dt.datetime] | None:
+    """The times a container's log covers: since its start (or, with `previous`, up to its last
+    termination); None where `previous` asks for a container that never terminated."""
+    if previous:
+        if c.last_termination is None:
+            return None
+        end = c.last_termination[1]
+        start = end - dt.timedelta(days=365) if since_seconds is None else now - dt.timedelta(seconds=since_seconds)
+        return start, end
+    start = c.started_at if since_seconds is None else max(now - dt.timedelta(seconds=since_seconds), c.started_at)
+    return start, now
+
+
+def _log_lines(state: WorldState, pod: PodState, container: str, start: dt.datetime, end: dt.datetime, *,
+               timestamps: bool = False) -> list[str]:
     timed: list[tuple[dt.datetime, int, str]] = []
     for order, entry in enumerate(pod.logs):
         if entry.container not in (None, container):
             continue
         for n, t in enumerate(_times(state, entry, end)):
             if start <= t <= end:
-                timed.append((t, order, _render(entry.text, t, n, pod)))
+                text = _render(entry.text, t, n, pod)
+                # The kubelet's timestamps=true prefix: RFC 3339 with nanoseconds, in UTC.
+                stamp = t.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond:06d}000Z "
+                timed.append((t, order, stamp + text if timestamps else text))
     return [text for _, _, text in sorted(timed, key=lambda x: (x[0], x[1]))]
 
 
@@ -329,7 +352,7 @@ def _times(state: WorldState, entry: LogEntry, end: dt.datetime) -> list[dt.date
 
 def _render(text: str, t: dt.datetime, n: int, pod: PodState) -> str:
     t = t.astimezone(dt.timezone.utc)
-    return (text.replace("{ts}", t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z")
+    return _token_ids(text.replace("{ts}", t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z")
             .replace("{clf}", t.strftime("%d/%b/%Y:%H:%M:%S +0000"))
             .replace("{vllm_ts}", t.strftime("%m-%d %H:%M:%S"))
             .replace("{nginx_ts}", t.strftime("%Y/%m/%d %H:%M:%S"))
@@ -356,6 +379,16 @@ class SimHttp:
 
     def __init__(self, state: WorldState):
         self._state = state
+# `{token_ids:N}`: N token ids, as vLLM's request logger prints a prompt's `prompt_token_ids` (issue 16, item 2).
+_TOKEN_IDS = re.compile(r"\{token_ids:(\d{1,6})\}")
+
+
+def _token_ids(text: str) -> str:
+    if "{token_ids:" not in text:
+        return text
+    return _TOKEN_IDS.sub(lambda m: ", ".join(str(128000 + (i * 7919) % 4096) for i in range(int(m.group(1)))), text)
+
+
 
     def get(self, url: str, *, timeout: float) -> HttpResponse:
         now = self._state.tick()

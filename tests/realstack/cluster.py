@@ -12,10 +12,11 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT, route_from
-from runbook.sim.world import SimulatedWorld, _log_lines
+from runbook.sim.world import SimulatedWorld, _log_lines, log_window
 from runbook.clock import FakeClock
 from runbook.errors import RunbookError
 from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet
+from tests.kubernetes.apiserver.errors import ApiError
 from tests.kubernetes.apiserver.resources import BY_KIND
 from tests.kubernetes.apiserver.server import ApiServer
 
@@ -62,7 +63,7 @@ class WorldKubelet(Kubelet):
         return ExecAnswer(stdout=done.stdout, stderr=done.stderr, exit_code=done.exit_code)
 
     def read_log(self, pod: dict, container: str | None, *, since_seconds: int | None, tail_lines: int | None,
-                 limit_bytes: int | None, timestamps: bool) -> bytes:
+                 limit_bytes: int | None, timestamps: bool, previous: bool = False) -> bytes:
         state = self.projection.world.state
         with self.projection.lock:
             target = state.pods.get((pod["metadata"]["namespace"], pod["metadata"]["name"]))
@@ -71,10 +72,11 @@ class WorldKubelet(Kubelet):
             name = container or target.containers[0].name
             c = target.container(name)
             now = state.now()
-            start = c.started_at if c is not None else now
-            if since_seconds is not None:
-                start = max(start, now - dt.timedelta(seconds=since_seconds))
-            lines = _log_lines(state, target, name, start, now)
+            window = log_window(c, now, since_seconds, previous=previous) if c is not None else (now, now)
+            if window is None:  # as the kubelet answers for a container that never restarted
+                raise ApiError.bad_request(f'previous terminated container "{name}" in pod '
+                                           f'"{pod["metadata"]["name"]}" not found')
+            lines = _log_lines(state, target, name, *window, timestamps=timestamps)
         if tail_lines is not None:
             lines = lines[-tail_lines:] if tail_lines else []
         data = "".join(line + "\n" for line in lines).encode()

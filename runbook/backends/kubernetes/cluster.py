@@ -14,6 +14,7 @@ from typing import Any
 from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, PodLog, Workload
 from runbook.backends.kubernetes.api import ApiFailure, KubeApi, Settings
 from runbook.backends.kubernetes.pod_exec import Executor
+from runbook.backends.kubernetes.logs import read_pod_logs
 from runbook.backends.kubernetes.objects import node_from, pod_from, selector_text, workload_from
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, Refused, StalePlan
 
@@ -258,21 +259,14 @@ class KubernetesCluster:
         return self.executor.run(namespace, pod, container, argv, timeout=timeout)
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int, tail_lines: int | None = None,
-             limit_bytes: int | None = None, container: str | None = None) -> list[PodLog]:
+             limit_bytes: int | None = None, container: str | None = None, previous: bool = False,
+             timestamps: bool = False) -> list[PodLog]:
         if since_seconds <= 0:
             raise InvalidInput(f"since_seconds must be positive, got {since_seconds}")
         cap = limit_bytes if limit_bytes is not None else MAX_LOG_BYTES
-        found = []
-        for pod in self.list_pods(namespace, selector):
-            if pod.phase == "Pending":
-                found.append(PodLog(pod.name, ""))  # no container has started: nothing was logged yet
-                continue
-            data = self.api.call(f"read the log of {namespace}/{pod.name}", self.api.core.read_namespaced_pod_log,
-                                 pod.name, namespace, container=container, since_seconds=since_seconds,
-                                 tail_lines=tail_lines, limit_bytes=limit_bytes, max_bytes=cap + 1)
-            truncated = len(data) >= cap
-            found.append(PodLog(pod.name, data[:cap].decode("utf-8", errors="replace"), truncated))
-        return found
+        return read_pod_logs(self.api, namespace, self.list_pods(namespace, selector), since_seconds=since_seconds,
+                             cap=cap, tail_lines=tail_lines, limit_bytes=limit_bytes, container=container,
+                             previous=previous, timestamps=timestamps)
 
     def close(self) -> None:
         self.executor.close()

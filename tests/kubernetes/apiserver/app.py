@@ -120,6 +120,28 @@ def _selector_text(obj: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
+def _log_options(name: str, query: Any) -> dict[str, Any]:
+    """PodLogOptions from the query, validated as the API server does (422 Invalid naming the field)."""
+    def number(key: str, least: int) -> int | None:
+        raw = query.get(key)
+        if not raw:
+            return None
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ApiError.bad_request(f"strconv.ParseInt: parsing {raw!r}: invalid syntax") from None
+        if value < least:
+            what = "must be greater than 0" if least == 1 else "must be greater than or equal to 0"
+            raise ApiError.invalid("PodLogOptions", name, f"{key}: Invalid value: {value}: {what}")
+        return value
+
+    options: dict[str, Any] = {"since_seconds": number("sinceSeconds", 1), "tail_lines": number("tailLines", 0),
+                               "limit_bytes": number("limitBytes", 1), "timestamps": query.get("timestamps") == "true"}
+    if query.get("previous") == "true":
+        options["previous"] = True  # only when asked: a kubelet that keeps no previous logs needs no such option
+    return options
+
+
 def _scale(obj: dict) -> dict:
     meta = obj["metadata"]
     return {"kind": "Scale", "apiVersion": "autoscaling/v1",
@@ -379,10 +401,7 @@ class ApiServerApp:
             return 200, store.get(res, t.namespace, t.name), "json"
         if t.sub == "log" and method == "GET":
             pod = store.get(res, t.namespace, t.name)
-            number = lambda key: int(query[key]) if query.get(key) else None  # noqa: E731
-            return 200, self.kubelet.read_log(pod, query.get("container"), since_seconds=number("sinceSeconds"),
-                                              tail_lines=number("tailLines"), limit_bytes=number("limitBytes"),
-                                              timestamps=query.get("timestamps") == "true"), "text"
+            return 200, self.kubelet.read_log(pod, query.get("container"), **_log_options(t.name or "", query)), "text"
         if t.sub == "eviction" and method == "POST":
             return self._evict(t, body if isinstance(body, dict) else {}, dry_run)
         if t.sub == "exec":

@@ -89,6 +89,7 @@ class Kubelet:
         self.handlers: list[Handler] = []
         self.execs: list[tuple[str, str, str, tuple[str, ...]]] = []  # (namespace, pod, container, argv)
         self.lines: dict[tuple[str, str, str], list[tuple[dt.datetime, str]]] = {}
+        self.previous: dict[tuple[str, str, str], list[tuple[dt.datetime, str]]] = {}  # the container before its restart
 
     def script(self, argv: Sequence[str], answer: ExecAnswer, *, pod: str | None = None) -> None:
         """`argv` run in `pod` (any pod when None) answers `answer`."""
@@ -114,11 +115,18 @@ class Kubelet:
     def forget(self, namespace: str, pod: str) -> None:
         """A deleted pod's logs go with it; its replacement starts with none."""
         with self.lock:
-            for key in [k for k in self.lines if k[:2] == (namespace, pod)]:
-                del self.lines[key]
+            for held in (self.lines, self.previous):
+                for key in [k for k in held if k[:2] == (namespace, pod)]:
+                    del held[key]
+
+    def restart(self, namespace: str, pod: str, container: str) -> None:
+        """The container restarted: its log becomes the previous one (`?previous=true`), the new one is empty."""
+        with self.lock:
+            key = (namespace, pod, container)
+            self.previous[key] = self.lines.pop(key, [])
 
     def read_log(self, pod: dict, container: str | None, *, since_seconds: int | None, tail_lines: int | None,
-                 limit_bytes: int | None, timestamps: bool) -> bytes:
+                 limit_bytes: int | None, timestamps: bool, previous: bool = False) -> bytes:
         name = pod["metadata"]["name"]
         names = [c["name"] for c in pod["spec"].get("containers", [])]
         if container is None:
@@ -128,8 +136,12 @@ class Kubelet:
             container = names[0]
         if container not in names:
             raise ApiError.bad_request(f"container {container} is not valid for pod {name}")
+        key = (pod["metadata"]["namespace"], name, container)
         with self.lock:
-            lines = list(self.lines.get((pod["metadata"]["namespace"], name, container), []))
+            if previous and key not in self.previous:
+                # The kubelet's answer, as the API server passes it on (HTTP 400).
+                raise ApiError.bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+            lines = list((self.previous if previous else self.lines).get(key, []))
         if since_seconds is not None:
             cutoff = now_utc() - dt.timedelta(seconds=since_seconds)
             lines = [(at, text) for at, text in lines if at >= cutoff]
