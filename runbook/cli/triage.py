@@ -122,9 +122,11 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
            kube_context: str | None, in_cluster: bool, namespace: str | None, yes: bool, dry_run: bool,
            operator_name: str | None, output: str) -> None:
     from runbook.config import load_config
+    from runbook.signals.alert_table import load_alert_table
     from runbook.signals.catalog import build_catalog
     from runbook.triage.evaluate import evaluate
     from runbook.triage.views import step_one
+    from runbook.triage.warnings import with_warnings
 
     if run_it and at_text:
         raise click.UsageError("--run acts now; it cannot be combined with --at")
@@ -138,6 +140,7 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
     try:
         params = {"namespace": namespace} if namespace else {}
         report = evaluate(playbooks, metrics, at, params, invalid=invalid)
+        report = with_warnings(report, load_alert_table(), metrics, params)  # the SOP's warning lines
         ns = _default_namespace(playbooks, namespace)
         views = None if report.unavailable else step_one(metrics, report.at, {"namespace": ns} if ns else {},
                                                          report.firing)
@@ -158,6 +161,9 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
             _print_report(report, views, metrics)
             if report.unavailable:
                 why = "not running anything: Prometheus could not be read, and runbook does not act blind"
+            elif report.warnings_firing:
+                why = ("only warning lines fire: no playbook's own condition holds, so there is nothing to run "
+                       "(each warning names its playbook; run one with --playbook)")
             else:
                 why = "nothing fires, so there is nothing to run (name one with --playbook)"
             stdout_console().print(why, markup=False)
@@ -229,6 +235,7 @@ def _document(report, views, metrics) -> dict[str, Any]:
         "unknown": [f.to_json() for f in report.of("unknown")],
         "no_source": [f.to_json() for f in report.of("no_source")],
         "skipped": [f.to_json() for f in report.of("skipped")],
+        "warnings": [f.to_json() for f in report.warnings],
         "invalid": [i.to_json() for i in report.invalid],
         "views": views,
         "exit_code": report.exit_code,
@@ -291,6 +298,7 @@ def _print_report(report, views, metrics) -> None:
         out.print("\n[bold yellow]Not evaluated[/] (never read as quiet)")
         for item in report.invalid:
             out.print(f"  {item.file}: {item.reason}", markup=False, highlight=False)
+    _print_warnings(out, report)
     if views:
         _print_views(out, views)
     top = report.top
@@ -300,6 +308,29 @@ def _print_report(report, views, metrics) -> None:
                   f"[cyan]runbook run {top.playbook}[/]")
     elif not report.exit_code:
         out.print("\n[green]Nothing fires.[/]")
+
+
+def _print_warnings(out, report) -> None:
+    """The SOP's warning lines (the alert table): what fires or is pending first, then the rest in a line each."""
+    from rich.markup import escape
+
+    if not report.warnings:
+        return
+    out.print("\n[bold]Warning lines[/] [dim](the SOP's alert table; each names the playbook that handles it)[/]")
+    for f in report.warnings_firing + report.warnings_in("pending"):
+        held = f"since {f.since:%H:%M:%S}, {_ago(f.held_seconds)}" if f.state == "firing" else \
+            f"pending {_ago(f.held_seconds)} of {_ago(f.for_seconds)}"
+        where = ", ".join(f"{k}={v}" for k, v in f.labels.items())
+        style = "red" if f.state == "firing" else "yellow"
+        out.print(f"  [{style}]{f.state}[/] [bold]{f.alert}[/] {escape(where)}  {f.signal} = {_fmt(f.value)} "
+                  f"({f.condition})  {held}  [dim]→ {f.playbook}: {escape(f.title)}[/]", highlight=False)
+    quiet = report.warnings_in("quiet")
+    if quiet:
+        out.print("  [green]quiet[/] " + ", ".join(f"{f.alert} ({f.signal} = {_fmt(f.value)})" for f in quiet),
+                  highlight=False)
+    for state, label in (("unknown", "could not see"), ("no_source", "no source here"), ("skipped", "not evaluated")):
+        for f in report.warnings_in(state):
+            out.print(f"  [yellow]{label}[/] {f.alert}: {escape(f.reason)}", highlight=False)
 
 
 def _print_views(out, views: dict[str, Any]) -> None:
@@ -366,12 +397,22 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
                 asked.setdefault(p.detect.signal, detect_labels(p, scope))
             except RunbookError:
                 pass
+    from runbook.signals.alert_table import load_alert_table
+
+    alerted: dict[str, list[str]] = {}  # the alert table's rows, by the signal each reads here
+    for row in load_alert_table():
+        if row.signal_in(catalog):
+            alerted.setdefault(row.signal_in(catalog), []).append(row.alert)  # type: ignore[arg-type]
     rows = []
     for name in catalog.names():
         s = catalog.get(name)
         labels = asked.get(name, scope)
-        rows.append({**s.to_json(), "labels_asked": labels, "promql": catalog.render(name, labels),
-                     "detected_by": used.get(name, [])})
+        try:
+            promql, unset = catalog.render(name, labels), None
+        except InvalidInput as exc:  # a param runbook never guesses (max_num_seqs) is not set
+            promql, unset = None, str(exc)
+        rows.append({**s.to_json(), "labels_asked": labels, "promql": promql, "detected_by": used.get(name, []),
+                     "alerted_by": alerted.get(name, []), **({"unset": unset} if unset else {})})
     code = 0
     if check:
         metrics = _metrics(config, prometheus_url, catalog)
@@ -379,6 +420,9 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
         unavailable = None
         try:
             for row in rows:
+                if row["promql"] is None:
+                    row["check"] = {"status": "not set", "reason": row["unset"]}
+                    continue
                 if unavailable:
                     row["check"] = {"status": "unknown", "reason": unavailable}
                     continue
@@ -433,10 +477,12 @@ def _print_signals(catalog, rows: list[dict], params: dict, missing: list[str], 
         head = f"\n[bold]{row['name']}[/] [dim]{row['aggregate']}, {row['unit'] or 'no unit'}, {row['origin']}"
         if row["detected_by"]:
             head += f", detected by {', '.join(row['detected_by'])}"
+        if row["alerted_by"]:
+            head += f", alert line {', '.join(row['alerted_by'])}"
         out.print(head + "[/]", highlight=False)
         if row["help"]:
             out.print(f"  {row['help']}", markup=False, highlight=False)
-        out.print(f"  {row['promql']}", markup=False, highlight=False)
+        out.print(f"  {row['promql'] or row['unset']}", markup=False, highlight=False)
         if row["sources"]:
             out.print("  sources: " + "; ".join(f"{m} (from {who})" for m, who in row["sources"].items()),
                       markup=False, highlight=False)

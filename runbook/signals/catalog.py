@@ -239,8 +239,9 @@ class Catalog:
             elif self.values.get(placeholder) is not None:
                 values[placeholder] = self.values[placeholder]  # type: ignore[assignment]
             else:
+                also = f", or pass the label {placeholder}" if param.kind == "value" else ""
                 raise InvalidInput(f"signal {name} needs the param `{placeholder}`: set it under "
-                                   f"`signals: params:` in the config file, or pass the label {placeholder}")
+                                   f"`signals: params:` in the config file{also}")
         values["labels"] = promql.matchers({signal.labels.get(k, k): v for k, v in checked.items()})
         values["by"] = promql.grouping(signal.labels.get(b, b) for b in by)
         inner = promql.substitute(signal.expr, values)

@@ -47,10 +47,13 @@ class Finding:
     reason: str = ""  # why unknown, no_source or skipped
     hour_ago: float | None = None  # the value one look-back earlier, for "sudden or gradual"
     missing_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # no_source: metric -> exporter
+    alert: str | None = None  # an alert table row's name (a warning line; `playbook` handles it); None: a detect
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"playbook": self.playbook, "title": self.title, "severity": self.severity,
                                "state": self.state}
+        if self.alert is not None:
+            out["alert"] = self.alert
         if self.signal is not None:
             out.update(signal=self.signal, condition=self.condition, labels=dict(self.labels))
         if self.state in ("firing", "pending", "quiet"):
@@ -84,15 +87,22 @@ class Report:
     unavailable: str | None = None  # why the backend could not be reached, if it could not
     invalid: tuple[NotEvaluated, ...] = ()
 
+    warnings: tuple[Finding, ...] = ()  # the alert table's rows: they fire, but no playbook is run on them
+
     def of(self, state: str) -> list[Finding]:
         return [f for f in self.findings if f.state == state]
+
+    def warnings_in(self, *states: str) -> list[Finding]:
+        return [f for f in self.warnings if f.state in states]
 
     @property
     def firing(self) -> list[Finding]:
         """Most urgent first: severity, then what began first (a cause precedes its effects), then strength."""
-        far = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
-        return sorted(self.of("firing"), key=lambda f: (SEVERITY_RANK.get(f.severity, 9), f.since or far,
-                                                        -f.strength, f.playbook))
+        return _ranked(self.of("firing"))
+
+    @property
+    def warnings_firing(self) -> list[Finding]:
+        return _ranked(self.warnings_in("firing"))
 
     @property
     def top(self) -> Finding | None:
@@ -101,17 +111,24 @@ class Report:
 
     @property
     def exit_code(self) -> int:
-        """What fires first; then what could not be seen; then what has no source; then what was not
-        evaluated; 0 only if all is quiet."""
-        if self.firing:
+        """What fires first (a playbook's detect or a warning line); then what could not be seen; then
+        what a playbook needs that has no source (a warning line without one is listed, not counted:
+        it is no playbook's need); then what was not evaluated; 0 only if all is quiet."""
+        if self.firing or self.warnings_firing:
             return int(ExitCode.FIRING)
-        if self.of("unknown"):
+        if self.of("unknown") or self.warnings_in("unknown"):
             return int(ExitCode.BLIND)
         if self.of("no_source"):
             return int(ExitCode.NO_SOURCE)
         if self.invalid:
             return int(ExitCode.INVALID)
         return int(ExitCode.OK)
+
+
+def _ranked(findings: Sequence[Finding]) -> list[Finding]:
+    far = dt.datetime.max.replace(tzinfo=dt.timezone.utc)
+    return sorted(findings, key=lambda f: (SEVERITY_RANK.get(f.severity, 9), f.since or far, -f.strength,
+                                           f.playbook, f.alert or ""))
 
 
 def detect_scope(playbook: Playbook, params: Mapping[str, Any]) -> tuple[dict[str, str], list[str]]:
@@ -246,6 +263,7 @@ def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,
              invalid: Sequence[NotEvaluated] = ()) -> Report:
     """Every playbook's detect at `at`; `params` override each playbook's defaults (e.g. namespace).
     `invalid`: the playbook files that could not be loaded; they keep the report from being quiet.
+    The alert table's rows are added by runbook.triage.warnings.with_warnings.
 
     The first detect (in name order) is asked alone: an unreachable or failing backend is known after
     one request and one timeout, and nothing else is asked. The others, independent queries, are then

@@ -1,5 +1,6 @@
-"""Triage's verdict in one line, said first: what fires, what could not be seen, what has no
-source here, what was not evaluated — "All clear" only when every playbook was evaluated and found quiet.
+"""Triage's verdict in one line, said first: what fires (playbooks first, then the SOP's warning
+lines), what could not be seen, what has no source here, what was not evaluated — "All clear" only
+when every playbook was evaluated and found quiet.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ def headline(report: Report) -> str:
     """One line: `Firing: …`, `Not all clear: …` or `All clear: …`, with what keeps it from being quiet."""
     concerns = []
     unknown = report.of("unknown")
+    why = "Prometheus could not be read" if report.unavailable else "Prometheus gave no reading"
     if unknown:
-        why = "Prometheus could not be read" if report.unavailable else "Prometheus gave no reading"
         concerns.append(f"{_playbooks(len(unknown))} could not be seen ({why})")
+    unseen_warnings = report.warnings_in("unknown")
+    if unseen_warnings and not unknown:
+        count = len(unseen_warnings)
+        concerns.append(f"{count} warning line{'' if count == 1 else 's'} could not be seen ({why})")
     no_source = report.of("no_source")
     if no_source:
         verb = "needs" if len(no_source) == 1 else "need"
@@ -32,8 +37,9 @@ def headline(report: Report) -> str:
         concerns.append(f"{_playbooks(len(report.invalid))} not evaluated (invalid: "
                         f"{_names([i.file for i in report.invalid])})")
     firing = report.firing
-    if firing:
-        head = "Firing: " + _names([f"{f.playbook} ({f.severity})" for f in firing])
+    warnings = [f"{f.alert} (warning for {f.playbook})" for f in report.warnings_firing]
+    if firing or warnings:
+        head = "Firing: " + _names([f"{f.playbook} ({f.severity})" for f in firing] + warnings)
         return head + "".join(f"; {c}" for c in concerns)
     if concerns:
         return "Not all clear: " + "; ".join(concerns)
