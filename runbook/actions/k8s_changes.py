@@ -7,14 +7,18 @@ anything by itself: the engine applies a plan only after its guards and confirma
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Literal
+
 import pydantic
 
 from runbook import flags
 from runbook.actions import base, fields
 from runbook.actions.base import Plan, StepContext
-from runbook.backends.base import ContainerSpec
+from runbook.backends import gitops
+from runbook.backends.base import Autoscaler, ContainerSpec
 from runbook.actions.k8s_pods import PodsParams, select_pods
-from runbook.errors import InvalidInput
+from runbook.errors import InvalidInput, RunbookError
 from runbook.registry import ActionParams, Kind, action
 
 
@@ -41,23 +45,88 @@ def scale(ctx: StepContext, p: ScaleParams) -> Plan:
     keep = sorted(pods, key=lambda pod: _ordinal(pod.name))[: p.replicas]
     ready_after = sum(1 for pod in keep if pod.ready) if p.replicas < workload.replicas else len(ready_names)
     before = workload.replicas
+    # An autoscaler would undo the scale within a minute: it is held at the target for the incident,
+    # as part of this very change (issue 16, item 8).
+    held, refusal = _hold_autoscalers(ctx.cluster.autoscalers(namespace, kind, name), p.replicas)
 
     def apply(dry_run: bool) -> dict:
-        # Only from the view the plan (and its guards) saw: a workload scaled since is re-planned.
-        done = ctx.cluster.scale(namespace, kind, name, p.replicas, dry_run=dry_run, expected_replicas=before,
-                                 resource_version=workload.resource_version or None)
-        return {"replicas": done.replicas}
+        done_held: list[tuple[Autoscaler, Autoscaler]] = []
+        try:
+            for old, new in held:
+                left = _set_autoscaler(ctx, old, new, dry_run=dry_run, expected=old)
+                done_held.append((old, left))
+            # Only from the view the plan (and its guards) saw: a workload scaled since is re-planned.
+            done = ctx.cluster.scale(namespace, kind, name, p.replicas, dry_run=dry_run, expected_replicas=before,
+                                     resource_version=workload.resource_version or None)
+        except BaseException:
+            if not dry_run:
+                _release(ctx, done_held)  # all or nothing: the autoscalers held so far go back as they were
+            raise
+        return {"replicas": done.replicas, **{old.ref: left.shown() for old, left in done_held}}
 
     def rollback() -> dict:
         # Only while the workload is still as this change left it: a later hand's scale is not undone.
         done = ctx.cluster.scale(namespace, kind, name, before, expected_replicas=p.replicas)
-        return {"replicas": done.replicas}
+        restored = _release(ctx, [(old, new) for old, new in held], strict=True)
+        return {"replicas": done.replicas, **restored}
 
-    return Plan(target=f"{namespace}/{kind}/{name}", summary=f"scale {kind}/{name} {before} → {p.replicas}",
+    extra_before = {old.ref: old.shown() for old, _ in held}
+    extra_after = {old.ref: new.shown() for old, new in held}
+    return Plan(target=f"{namespace}/{kind}/{name}",
+                summary=f"scale {kind}/{name} {before} → {p.replicas}"
+                        + (f", holding {', '.join(old.ref for old, _ in held)} at {p.replicas}" if held else ""),
                 namespace=namespace,
-                before={"replicas": before}, after={"replicas": p.replicas}, apply=apply, rollback=rollback,
+                before={"replicas": before, **extra_before}, after={"replicas": p.replicas, **extra_after},
+                apply=apply, rollback=rollback,
                 value_after=float(p.replicas), ready_before=len(ready_names), ready_after=ready_after,
-                touched=max(0, before - p.replicas), total=max(before, 1), noop=before == p.replicas)
+                touched=max(0, before - p.replicas), total=max(before, 1), refusal=refusal,
+                noop=before == p.replicas and not held)
+
+
+def _hold_autoscalers(found: list[Autoscaler], replicas: int) -> tuple[list[tuple[Autoscaler, Autoscaler]],
+                                                                       tuple[str, str] | None]:
+    """(autoscaler as it is, as it must be for the incident) for each one that would undo `replicas`.
+
+    An HPA is bounded at the target (minReplicas = maxReplicas); a ScaledObject paused there with
+    KEDA's paused-replicas annotation. An HPA cannot hold 0 replicas: that is refused, naming it."""
+    held: list[tuple[Autoscaler, Autoscaler]] = []
+    for a in found:
+        if a.kind == "hpa":
+            if replicas < 1:
+                return [], ("autoscaler", f"{a.ref} in {a.namespace} scales {a.target} and cannot hold it at 0 "
+                                          "replicas (minReplicas is at least 1); delete or edit the HPA by hand "
+                                          "first, or scale to 1")
+            if (a.min_replicas, a.max_replicas) != (replicas, replicas):
+                held.append((a, dataclasses.replace(a, min_replicas=replicas, max_replicas=replicas)))
+        elif a.paused_replicas != replicas:
+            held.append((a, dataclasses.replace(a, paused_replicas=replicas)))
+    return held, None
+
+
+def _set_autoscaler(ctx: StepContext, old: Autoscaler, new: Autoscaler, *, dry_run: bool = False,
+                    expected: Autoscaler | None = None, version: bool = True) -> Autoscaler:
+    if new.kind == "hpa":
+        change = {"min_replicas": new.min_replicas, "max_replicas": new.max_replicas}
+    else:
+        change = {"paused_replicas": new.paused_replicas}
+    return ctx.cluster.set_autoscaler(old.namespace, old.kind, old.name, dry_run=dry_run, expected=expected,
+                                      resource_version=(old.resource_version or None) if version else None, **change)
+
+
+def _release(ctx: StepContext, held: list[tuple[Autoscaler, Autoscaler]], *, strict: bool = False) -> dict:
+    """Put each autoscaler back as it was before the change, from how the change left it (newest first).
+
+    `strict`: a failure is raised (a rollback says so); otherwise it is left for the rollback to say."""
+    restored: dict = {}
+    for old, left in reversed(held):
+        try:
+            back = _set_autoscaler(ctx, left, old, expected=left, version=False)
+        except RunbookError:
+            if strict:
+                raise
+            continue
+        restored[old.ref] = back.shown()
+    return restored
 
 
 def _ordinal(name: str) -> tuple[int, str]:
@@ -116,6 +185,9 @@ class SetArgParams(ActionParams):
     floor: float | None = None
     ceiling: float | None = None
     namespace: fields.K8sName | None = None
+    # A workload synced from Git (Argo CD, Flux) gets the old value back at the next sync: refused,
+    # unless its sync was paused for the incident and the playbook says `allow` (issue 16, item 8).
+    gitops: Literal["refuse", "allow"] = "refuse"
 
     @pydantic.model_validator(mode="after")
     def _one_change(self) -> "SetArgParams":
@@ -152,6 +224,12 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
             refusal = (limit, f"{p.flag} is {change.before}, already at or past its {limit} {bound:g}; "
                               f"moving it by ×{p.factor:g} is refused" if bound is not None else
                               f"{p.flag} is {change.before} and ×{p.factor:g} leaves it unchanged")
+    synced = gitops.owners(workload.labels, workload.annotations)
+    if synced and refusal is None and p.gitops == "refuse":
+        owner = synced[0]
+        refusal = ("gitops", f"{kind}/{name} in {namespace} is synced from Git by {owner.controller} {owner.ref} "
+                             f"({owner.evidence}): setting {p.flag} here would be reverted at its next sync. "
+                             f"Set {p.flag} {change.after} in Git instead: {owner.how_to_change()}")
     old_command, old_args = container.command, container.args
     new_command = change.command if change.command != old_command else None
     new_args = change.args if change.args != old_args else None

@@ -112,6 +112,8 @@ class Workload:
     selector: Mapping[str, str]
     containers: tuple[ContainerSpec, ...] = ()
     resource_version: str = ""  # the version this view was read at: changes are made conditional on it
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)  # the workload's own (GitOps tracking)
+    annotations: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def ref(self) -> str:
@@ -125,6 +127,32 @@ class Workload:
 
         known = ", ".join(c.name for c in self.containers) or "none"
         raise NotFound(f"{self.ref} has no container {name!r} (containers: {known})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Autoscaler:
+    """What else sets a workload's replicas (issue 16, item 8): a HorizontalPodAutoscaler
+    (autoscaling/v2) or a KEDA ScaledObject (keda.sh/v1alpha1) whose scaleTargetRef is the workload."""
+
+    kind: str  # hpa | scaledobject
+    name: str
+    namespace: str
+    target: str  # the workload it scales: "statefulset/vllm-server"
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    paused_replicas: int | None = None  # a ScaledObject's autoscaling.keda.sh/paused-replicas; None: not paused
+    resource_version: str = ""  # the version this view was read at: changes are made conditional on it
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+    def shown(self) -> str:
+        """How a plan shows it: `minReplicas=2 maxReplicas=6`, or `paused-replicas=1`."""
+        if self.kind == "hpa":
+            return f"minReplicas={self.min_replicas} maxReplicas={self.max_replicas}"
+        paused = "none" if self.paused_replicas is None else self.paused_replicas
+        return f"paused-replicas={paused} (minReplicaCount={self.min_replicas} maxReplicaCount={self.max_replicas})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +195,7 @@ class PodLog:
     pod: str
     text: str
     truncated: bool = False
+    absent: bool = False  # previous=True and the container never restarted: there is no previous log
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,7 +224,6 @@ class Cluster(Protocol):
     A change made from a plan carries the plan's baseline: the `resource_version` of the workload
     as the plan read it and the values the plan saw (`expected_replicas`, `expected`). Where the
     workload is no longer that version, or those values, the change is not made: `StalePlan`.
-    absent: bool = False  # previous=True and the container never restarted: there is no previous log
     """
 
     def list_pods(self, namespace: str, selector: Mapping[str, str]) -> list[Pod]: ...
@@ -230,6 +258,18 @@ class Cluster(Protocol):
                   expected: TrafficRoute | None = None, resource_version: str | None = None) -> TrafficRoute:
         """Set a Service's whole selector, or the weights named (the others stay), conditional on the
         plan's baseline as `scale` is: `expected` (the route as planned) and its `resource_version`."""
+        ...
+
+    def autoscalers(self, namespace: str, kind: str, name: str) -> list[Autoscaler]:
+        """The HPAs and KEDA ScaledObjects whose scaleTargetRef is this workload (issue 16, item 8);
+        an HPA that a ScaledObject made and owns is left out: the ScaledObject is what to pause."""
+        ...
+
+    def set_autoscaler(self, namespace: str, kind: str, name: str, *, min_replicas: int | None = None,
+                       max_replicas: int | None = None, paused_replicas: int | None = None, dry_run: bool = False,
+                       expected: Autoscaler | None = None, resource_version: str | None = None) -> Autoscaler:
+        """Bound an HPA (`min_replicas`, `max_replicas`) or pause a ScaledObject at `paused_replicas`
+        (None removes the pause), conditional on the plan's baseline as `scale` is."""
         ...
 
     def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *,

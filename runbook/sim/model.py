@@ -244,7 +244,8 @@ class WorkloadState:
                         replicas=self.replicas, ready_replicas=sum(p.ready(now) for p in self.pods),
                         selector=dict(self.spec.selector),
                         containers=tuple(ContainerSpec(name=n, command=c, args=a, env=self.env.get(n, ()))
-                                         for n, (c, a) in self.containers.items()))
+                                         for n, (c, a) in self.containers.items()),
+                        labels=dict(self.spec.labels), annotations=dict(self.spec.annotations))
 
 
 def kubepods_cgroup(qos: str, pod_uid: str, container_id: str) -> str:

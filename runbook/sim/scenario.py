@@ -86,6 +86,12 @@ routes:                           # traffic routes (canary-rollback), changed by
   - {kind: ingress, name: vllm-canary, namespace: llm, weights: {vllm-v2: 20}}   # its canary-weight
   - {kind: httproute, name: vllm, namespace: llm, weights: {vllm-v1: 80, vllm-v2: 20}}
 
+autoscalers:                      # what else scales a workload (issue 16, item 8); held by k8s.scale
+  - {kind: hpa, name: vllm-server, namespace: llm, target: statefulset/vllm-server,
+     min_replicas: 2, max_replicas: 6, sync_seconds: 15s}   # puts replicas back in [2, 6] 15 s after a scale
+  - {kind: scaledobject, name: vllm, namespace: llm, target: deployment/vllm, min_replicas: 1,
+     max_replicas: 4, paused_replicas: null}                # KEDA's autoscaling.keda.sh/paused-replicas
+
 # log entries: one line at a time, or one line repeated `every` from `from` (default -1h) until
 # `until` (default: forever, or a reaction's `stop_logs: ID`). `{ts}` in the text becomes the
 # ISO time (2026-03-14T03:10:02.000Z), `{clf}` the access-log time (14/Mar/2026:03:10:02 +0000),
@@ -307,6 +313,7 @@ class Workload(_Model):
     replicas: int = pydantic.Field(ge=0)
     selector: Labels = pydantic.Field(min_length=1)
     labels: Labels = {}
+    annotations: Labels = {}  # the workload's own, e.g. argocd.argoproj.io/tracking-id (issue 16, item 8)
     containers: list[Container] = pydantic.Field(min_length=1)
     restart_seconds: Duration = 45.0
     placement: list[Placement] = []
@@ -418,6 +425,28 @@ class Route(_Model):
             raise ValueError(f"route {self.kind}/{self.name}: give `weights` (backend Service: weight), not a selector")
         if self.kind == "ingress" and len(self.weights) != 1:
             raise ValueError(f"route ingress/{self.name}: a canary Ingress has one weight, of its one backend")
+        return self
+
+
+class ScenarioAutoscaler(_Model):
+    """An HPA or a KEDA ScaledObject scaling a workload (issue 16, item 8): it puts the workload's
+    replicas back within its bounds `sync_seconds` after a scale outside them, unless held there."""
+
+    kind: Literal["hpa", "scaledobject"]
+    name: str = pydantic.Field(pattern=_NAME)
+    namespace: str = pydantic.Field(pattern=_NAME)
+    target: str  # statefulset/vllm-server
+    min_replicas: int = pydantic.Field(1, ge=0)
+    max_replicas: int = pydantic.Field(ge=1)
+    paused_replicas: int | None = pydantic.Field(None, ge=0)  # scaledobject only
+    sync_seconds: Duration = 15.0
+
+    @pydantic.model_validator(mode="after")
+    def _shape(self) -> ScenarioAutoscaler:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"autoscaler {self.kind}/{self.name}: min_replicas is above max_replicas")
+        if self.kind == "hpa" and (self.min_replicas < 1 or self.paused_replicas is not None):
+            raise ValueError(f"autoscaler hpa/{self.name}: an HPA has min_replicas ≥ 1 and no paused_replicas")
         return self
 
 
@@ -580,6 +609,7 @@ class Scenario(_Model):
     pods: list[PodOverride] = []
     extra_pods: list[ExtraPod] = []
     routes: list[Route] = []
+    autoscalers: list[ScenarioAutoscaler] = []
     signals: list[Signal] = []
     reactions: list[Reaction] = []
     commands: list[CommandOverride] = []
@@ -639,6 +669,9 @@ def _no_duplicates(items: list[Any], what: str) -> None:
 def _check_references(s: Scenario) -> None:
     _no_duplicates([n.name for n in s.nodes], "node")
     _no_duplicates([w.ref for w in s.workloads], "workload")
+    for a in s.autoscalers:
+        if not any(w.ref == a.target and w.namespace == a.namespace for w in s.workloads):
+            raise ValueError(f"autoscaler {a.kind}/{a.name}: no workload {a.target} in namespace {a.namespace}")
     _no_duplicates([sig.name for sig in s.signals], "signal")
     _no_duplicates([p.name for p in s.pods], "pod override")
     nodes = {n.name: n for n in s.nodes}

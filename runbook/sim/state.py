@@ -61,6 +61,7 @@ class WorldState:
         self._generations: dict[tuple[str, str], int] = {}
         self._reserved_pids = {p.host_pid for o in scenario.pods for p in o.processes or [] if p.host_pid}
         self._orphan_ip = 9
+        self.on_tick: list = []  # called on each tick, after the due effects: e.g. autoscalers acting
         self._build()
         self.compose = compose.projects(self)  # node name -> its Docker Compose project, if it is a Compose host
 
@@ -255,6 +256,8 @@ class WorldState:
         while self._pending and self._pending[0].at <= now:
             item = heapq.heappop(self._pending)
             self._apply_effect(item.effect, item.at, item.reaction)
+        for hook in self.on_tick:
+            hook()
         return now
 
     def record(self, op: str, **data: Any) -> dict[str, Any]:

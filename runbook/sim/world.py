@@ -30,14 +30,15 @@ import urllib.parse
 from collections.abc import Mapping, Sequence
 
 from runbook.backends.base import (
-    WORKLOAD_KINDS, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, TrafficRoute, World,
+    WORKLOAD_KINDS, Autoscaler, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, TrafficRoute, World,
     Workload,
 )
 from runbook.sim.commands import run_in_pod, run_on_node
+from runbook.sim.autoscalers import SimAutoscalers
 from runbook.sim.routes import SimRoutes
 from runbook.sim.state import PodState, WorkloadState, WorldState, flag_value
-from runbook.clock import Clock
 from runbook.sim.model import ContainerState
+from runbook.clock import Clock
 from runbook.sim.scenario import LogEntry, Scenario
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, StalePlan
 
@@ -124,6 +125,8 @@ class SimCluster:
         self._state = state
         self._versions: dict[str, int] = {}  # workload ref → version, bumped by each change of its spec
         self.routes = SimRoutes(state)
+        self.autoscalers_of = SimAutoscalers(state)
+        state.on_tick.append(self._settle_autoscalers)
 
     def _versioned(self, w: WorkloadState, view: Workload) -> Workload:
         return dataclasses.replace(view, resource_version=str(self._versions.get(w.ref, 1)))
@@ -139,6 +142,11 @@ class SimCluster:
 
     def _bump(self, w: WorkloadState) -> None:
         self._versions[w.ref] = self._versions.get(w.ref, 1) + 1
+
+    def _settle_autoscalers(self) -> None:
+        """An autoscaler that scaled a workload back changed it, as the real one's write would."""
+        for w in self.autoscalers_of.settle():
+            self._bump(w)
 
     # ------------------------------------------------------------------ reads
 
@@ -188,6 +196,7 @@ class SimCluster:
         self._state.record("scale", workload=w.ref, namespace=namespace, before=old, after=replicas)
         self._state.scale(w, replicas)
         self._bump(w)
+        self.autoscalers_of.scaled(namespace, w.ref)
         self._state.fire("scaled", workload=w.ref, old=old, new=replicas)
         return self._versioned(w, w.to_workload(self._state.now()))
 
@@ -253,6 +262,17 @@ class SimCluster:
 
     def set_route(self, namespace: str, kind: str, name: str, **change) -> TrafficRoute:
         return self.routes.set(namespace, kind, name, **change)
+
+    # ------------------------------------------------------------------ autoscalers (issue 16, item 8)
+
+    def autoscalers(self, namespace: str, kind: str, name: str) -> list[Autoscaler]:
+        self._state.tick()
+        self._workload(namespace, kind, name)  # NotFound as the API would say it
+        return self.autoscalers_of.for_workload(namespace, kind, name)
+
+    def set_autoscaler(self, namespace: str, kind: str, name: str, **change) -> Autoscaler:
+        self._state.tick()
+        return self.autoscalers_of.set(namespace, kind, name, **change)
 
     # ------------------------------------------------------------------ exec and logs
 
@@ -359,6 +379,16 @@ def _render(text: str, t: dt.datetime, n: int, pod: PodState) -> str:
             .replace("{n}", str(n)).replace("{pod}", pod.name).replace("{ip}", pod.ip))
 
 
+# `{token_ids:N}`: N token ids, as vLLM's request logger prints a prompt's `prompt_token_ids` (issue 16, item 2).
+_TOKEN_IDS = re.compile(r"\{token_ids:(\d{1,6})\}")
+
+
+def _token_ids(text: str) -> str:
+    if "{token_ids:" not in text:
+        return text
+    return _TOKEN_IDS.sub(lambda m: ", ".join(str(128000 + (i * 7919) % 4096) for i in range(int(m.group(1)))), text)
+
+
 class SimNodes:
     def __init__(self, state: WorldState):
         self._state = state
@@ -379,16 +409,6 @@ class SimHttp:
 
     def __init__(self, state: WorldState):
         self._state = state
-# `{token_ids:N}`: N token ids, as vLLM's request logger prints a prompt's `prompt_token_ids` (issue 16, item 2).
-_TOKEN_IDS = re.compile(r"\{token_ids:(\d{1,6})\}")
-
-
-def _token_ids(text: str) -> str:
-    if "{token_ids:" not in text:
-        return text
-    return _TOKEN_IDS.sub(lambda m: ", ".join(str(128000 + (i * 7919) % 4096) for i in range(int(m.group(1)))), text)
-
-
 
     def get(self, url: str, *, timeout: float) -> HttpResponse:
         now = self._state.tick()

@@ -55,6 +55,13 @@ def test_every_operation_works_under_the_role_and_every_grant_is_used(k8s, clust
 
         for kind, name, change in seed_routes(k8s):
             cluster.set_route("llm", kind, name, dry_run=True, **change)  # get, then patch
+        from tests.kubernetes.test_i16_8_autoscalers import seed_autoscalers  # what k8s.scale holds (item 8)
+
+        seed_autoscalers(k8s)
+        for kind, name in (("statefulset", "vllm-server"), ("deployment", "api-gateway")):
+            for scaler in cluster.autoscalers("llm", kind, name):  # list both kinds
+                change = ({"min_replicas": 1, "max_replicas": 1} if scaler.kind == "hpa" else {"paused_replicas": 1})
+                cluster.set_autoscaler("llm", scaler.kind, scaler.name, dry_run=True, **change)  # get, then patch
         ledger = AppliedLedger(cluster)  # the record cooldowns count: get (404), create, then get, update
         for incident in ("tour-1", "tour-2"):
             ledger.record(target, Application(incident, "k8s.scale", dt.datetime.now(dt.timezone.utc)))

@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
+from runbook.backends.kubernetes.autoscalers import PAUSED_REPLICAS, hpa_from, scaledobject_from
 from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT, route_from
 from runbook.sim.world import SimulatedWorld, _log_lines, log_window
 from runbook.clock import FakeClock
 from runbook.errors import RunbookError
-from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet
 from tests.kubernetes.apiserver.errors import ApiError
+from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet
 from tests.kubernetes.apiserver.resources import BY_KIND
 from tests.kubernetes.apiserver.server import ApiServer
 
 KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": "DaemonSet"}
+AUTOSCALER_KINDS = {"hpa": "HorizontalPodAutoscaler", "scaledobject": "ScaledObject"}
 ROUTE_KINDS = {"service": "Service", "ingress": "Ingress", "httproute": "HTTPRoute"}
 EXEC_TIMEOUT = 30.0  # the exec websocket does not carry the caller's timeout; the client enforces its own
 
@@ -130,10 +132,15 @@ class ProjectedCluster:
                     if kind == "StatefulSet":
                         spec["serviceName"] = w.spec.name
                     made = self.store.create(BY_KIND[kind], w.namespace, {
-                        "metadata": {"name": w.spec.name, "labels": dict(w.spec.labels)}, "spec": spec})
+                        "metadata": {"name": w.spec.name, "labels": dict(w.spec.labels),
+                                     **({"annotations": dict(w.spec.annotations)} if w.spec.annotations else {})},
+                        "spec": spec})
                     self.uids[(w.namespace, kind, w.spec.name)] = made["metadata"]["uid"]
                 for route in self.world.cluster.routes.routes.values():
                     self.store.create(BY_KIND[ROUTE_KINDS[route.kind]], route.namespace, route_object(route))
+                for scaler in self.world.cluster.autoscalers_of.items.values():
+                    self.store.create(BY_KIND[AUTOSCALER_KINDS[scaler.kind]], scaler.namespace,
+                                      autoscaler_object(scaler))
             finally:
                 self._busy = False
         self.project()
@@ -182,6 +189,18 @@ class ProjectedCluster:
                     self.world.cluster.set_route(namespace, kind, name, selector=dict(seen.selector))
                 elif kind != "service" and dict(seen.weights) != dict(held.weights):
                     self.world.cluster.set_route(namespace, kind, name, weights=dict(seen.weights))
+            elif res.kind in AUTOSCALER_KINDS.values():
+                obj = self.store.find(res, namespace, name)
+                kind = next(k for k, v in AUTOSCALER_KINDS.items() if v == res.kind)
+                held = self.world.cluster.autoscalers_of.items.get((namespace, kind, name))
+                if obj is None or held is None:
+                    return
+                seen = hpa_from(obj, held.target) if kind == "hpa" else scaledobject_from(obj, held.target)
+                if (seen.min_replicas, seen.max_replicas, seen.paused_replicas) != \
+                        (held.min_replicas, held.max_replicas, held.paused_replicas):
+                    change = ({"min_replicas": seen.min_replicas, "max_replicas": seen.max_replicas} if kind == "hpa"
+                              else {"paused_replicas": seen.paused_replicas})
+                    self.world.cluster.set_autoscaler(namespace, kind, name, **change)
             elif res.kind == "Pod":
                 pod = state.pods.get((namespace, name))
                 if pod is not None and self.store.find(res, namespace, name) is None:
@@ -281,6 +300,10 @@ class ProjectedCluster:
         if obj is None:
             return
         seen = w.to_workload(now)
+        if kind != "DaemonSet" and obj["spec"].get("replicas") != w.replicas:
+            # The world's autoscaler scaled it (issue 16, item 8): as the real one's write through the API.
+            obj["spec"]["replicas"] = w.replicas
+            obj = self.store.update(res, namespace, name, obj, keep_status=True)
         generation = obj["metadata"].get("generation", 1)
         if kind == "DaemonSet":
             status = {"desiredNumberScheduled": len(w.pods), "currentNumberScheduled": len(w.pods),
@@ -310,3 +333,23 @@ def route_object(route) -> dict:
     return {"metadata": meta, "spec": {"parentRefs": [{"name": "llm-gateway"}], "rules": [{
         "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
         "backendRefs": [{"name": backend, "port": 8000, "weight": weight} for backend, weight in route.weights.items()]}]}}
+
+
+def autoscaler_object(scaler) -> dict:
+    """A scenario's autoscaler as the API serves it: an autoscaling/v2 HPA on waiting requests, or a
+    KEDA ScaledObject with a Prometheus trigger (issue 16, item 8)."""
+    kind, name = scaler.target.split("/")
+    ref = {"apiVersion": "apps/v1", "kind": KINDS[kind], "name": name}
+    if scaler.kind == "hpa":
+        return {"metadata": {"name": scaler.name}, "spec": {
+            "scaleTargetRef": ref, "minReplicas": scaler.min_replicas, "maxReplicas": scaler.max_replicas,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": "vllm_num_requests_waiting"},
+                                                  "target": {"type": "AverageValue", "averageValue": "5"}}}]}}
+    meta: dict = {"name": scaler.name}
+    if scaler.paused_replicas is not None:
+        meta["annotations"] = {PAUSED_REPLICAS: str(scaler.paused_replicas)}
+    return {"metadata": meta, "spec": {
+        "scaleTargetRef": ref, "minReplicaCount": scaler.min_replicas, "maxReplicaCount": scaler.max_replicas,
+        "triggers": [{"type": "prometheus", "metadata": {
+            "serverAddress": "http://prometheus-k8s.monitoring.svc:9090", "threshold": "5",
+            "query": "sum(vllm:num_requests_waiting)"}}]}}

@@ -249,6 +249,21 @@ class KubernetesCluster:
     def set_route(self, namespace: str, kind: str, name: str, **change: Any) -> Any:
         return self._routes().set(namespace, kind, name, **change)
 
+    # -- autoscalers (issue 16, item 8) --------------------------------------------------------
+
+    def _autoscalers(self) -> Any:
+        from runbook.backends.kubernetes.autoscalers import Autoscalers
+
+        if getattr(self, "_autoscaler_api", None) is None:
+            self._autoscaler_api = Autoscalers(self.api)
+        return self._autoscaler_api
+
+    def autoscalers(self, namespace: str, kind: str, name: str) -> Any:
+        return self._autoscalers().for_workload(namespace, kind, name)
+
+    def set_autoscaler(self, namespace: str, kind: str, name: str, **change: Any) -> Any:
+        return self._autoscalers().set(namespace, kind, name, **change)
+
     # -- looking inside ---------------------------------------------------------------------
 
     def exec(self, namespace: str, pod: str, container: str, argv: Sequence[str], *, timeout: float) -> CommandResult:

@@ -129,7 +129,9 @@ def workload_from(kind: str, obj: Mapping[str, Any]) -> Workload:
     return Workload(kind=kind, name=meta.get("name", ""), namespace=meta.get("namespace", ""), replicas=replicas,
                     ready_replicas=ready, selector=workload_selector(kind, obj),
                     resource_version=str(meta.get("resourceVersion") or ""),
-                    containers=tuple(container_from(c) for c in containers))
+                    containers=tuple(container_from(c) for c in containers),
+                    labels={str(k): str(v) for k, v in (meta.get("labels") or {}).items()},
+                    annotations={str(k): str(v) for k, v in (meta.get("annotations") or {}).items()})
 
 
 def node_from(obj: Mapping[str, Any]) -> NodeInfo:

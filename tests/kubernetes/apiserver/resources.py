@@ -45,6 +45,10 @@ RESOURCES = (
     # Routes a canary rollback moves (issue 16, item 3): ingress-nginx canaries and Gateway API routes.
     Resource("networking.k8s.io", "v1", "ingresses", "Ingress", True, _RW, ("ing",)),
     Resource("gateway.networking.k8s.io", "v1", "httproutes", "HTTPRoute", True, _RW),
+    # What else scales a workload (issue 16, item 8): HPAs and KEDA's ScaledObject custom resource.
+    Resource("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, _RW, ("hpa",),
+             ("status",)),
+    Resource("keda.sh", "v1alpha1", "scaledobjects", "ScaledObject", True, _RW, ("so",), ("status",)),
 )
 
 BY_PATH = {(r.group, r.version, r.plural): r for r in RESOURCES}

@@ -62,6 +62,12 @@ def table(kind: str, items: list[dict], revision: str, include: str) -> dict:
         columns = [_column("Name", fmt="name"), _column("Data", "integer"), _column("Age")]
         cells = [[o["metadata"]["name"], len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o)]
                  for o in items]
+    elif kind == "HorizontalPodAutoscaler":
+        columns = [_column("Name", fmt="name"), _column("Reference"), _column("MinPods", "integer"),
+                   _column("MaxPods", "integer"), _column("Replicas", "integer"), _column("Age")]
+        cells = [[o["metadata"]["name"], "{kind}/{name}".format(**o["spec"]["scaleTargetRef"]),
+                  o["spec"].get("minReplicas", 1), o["spec"]["maxReplicas"],
+                  (o.get("status") or {}).get("currentReplicas", 0), _age(o)] for o in items]
     else:
         columns = [_column("Name", fmt="name"), _column("Age")]
         cells = [[o["metadata"]["name"], _age(o)] for o in items]
