@@ -44,6 +44,9 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
     "runbook.reporting": (*ROOTS, *REAL_BACKENDS, "click", "rich", "kubernetes", "paramiko", "runbook.engine",
                           "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage"),
     "runbook.registry": ("runbook.actions", "runbook.engine", *ROOTS),
+    # the launch-flag advisor reads manifests and tables; the CLI hands it a live workload's object
+    "runbook.advise": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
+                       "runbook.drill", "runbook.triage", "runbook.reporting"),
 }
 # Every call to the Kubernetes API lives under backends/kubernetes (Leases and coordination included).
 KUBERNETES_CLIENT_ONLY_IN = "runbook.backends.kubernetes"
