@@ -145,6 +145,13 @@ class FakeCluster:
             w.containers[index] = new
         return self.get_workload(namespace, kind, name)
 
+    def autoscalers(self, namespace: str, kind: str, name: str) -> list:
+        self._workload(namespace, kind, name)
+        return []  # nothing else scales these workloads (issue 16, item 8)
+
+    def set_autoscaler(self, namespace: str, kind: str, name: str, **change: Any) -> Any:
+        raise NotFound(f"{kind}/{name} not found in {namespace}")
+
     def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool = False) -> None:
         for w in self.workloads.values():
             for pod in self._pods(w):
