@@ -341,8 +341,11 @@ def _print_views(out, views: dict[str, Any]) -> None:
                   f"{_fmt(t['yesterday'])} → {t['shape']}", highlight=False)
     lat = views["latency"]
     parts = []
+    names = {"prefill_latency_p99_seconds": "first token", "prefill_time_p99_seconds": "prefill",
+             "queue_time_p99_seconds": "queue", "decode_latency_p99_seconds": "decode",
+             "inter_token_latency_p99_seconds": "inter-token"}
     for name, row in lat["signals"].items():
-        label = "prefill" if name.startswith("prefill") else "decode"
+        label = names.get(name, name)
         parts.append(f"{label} p99 {_fmt(row['now'], 's')} (yesterday {_fmt(row['yesterday'], 's')})")
     out.print(f"  latency   {'; '.join(parts)} → {lat['verdict']}", highlight=False)
     kv = views["kv_cache"]

@@ -20,6 +20,9 @@ from runbook.triage.evaluate import Finding
 HOT, COLD = 0.9, 0.6  # one KV cache above HOT while another is below COLD: traffic is uneven
 RISE = 1.5  # a latency this many times yesterday's counts as "up"
 PREFILL, DECODE = "prefill_latency_p99_seconds", "decode_latency_p99_seconds"
+# Finer views where vLLM exports them: time to first token mixes queueing and prefill, so the input
+# side is read from the prefill time alone and the queue beside it; the GPU side from inter-token latency.
+PREFILL_ONLY, QUEUE, INTER_TOKEN = "prefill_time_p99_seconds", "queue_time_p99_seconds", "inter_token_latency_p99_seconds"
 KV_CACHE, FAILURES = "kv_cache_usage", "failed_requests_per_min"
 
 
@@ -56,27 +59,45 @@ def _errors(*values: Any) -> str | None:
     return next((v for v in values if isinstance(v, str)), None)
 
 
+def _latency_row(reader: _Reader, name: str) -> dict[str, Any]:
+    now, hour, day = reader.total(name), reader.total(name, 3600), reader.total(name, 86400)
+    return {"now": _number(now), "hour_ago": _number(hour), "yesterday": _number(day), "error": _errors(now, hour, day)}
+
+
+def _rise(row: Mapping[str, Any]) -> float | None:
+    base = row["yesterday"] if row["yesterday"] is not None else row["hour_ago"]
+    return row["now"] / base if row["now"] is not None and base else None
+
+
 def latency_view(reader: _Reader) -> dict[str, Any]:
-    rows: dict[str, Any] = {}
-    for name in (PREFILL, DECODE):
-        now, hour, day = reader.total(name), reader.total(name, 3600), reader.total(name, 86400)
-        error = _errors(now, hour, day)
-        rows[name] = {"now": _number(now), "hour_ago": _number(hour), "yesterday": _number(day), "error": error}
-    rises = {}
-    for name, row in rows.items():
-        base = row["yesterday"] if row["yesterday"] is not None else row["hour_ago"]
-        if row["now"] is not None and base:
-            rises[name] = row["now"] / base
-    up = [n for n, r in rises.items() if r >= RISE]
+    """Which side is slow. The input side is the prefill time where vLLM exports it (else time to first
+    token, which also holds the queue); the GPU side is inter-token latency (else decode time). A queue
+    time up while prefill is not says the server is full, not that prompts got slow."""
+    rows = {name: _latency_row(reader, name) for name in (PREFILL, DECODE)}
+    finer = {name: _latency_row(reader, name) for name in (PREFILL_ONLY, QUEUE, INTER_TOKEN)}
+    rows.update({name: row for name, row in finer.items() if row["now"] is not None})
+    rises = {name: r for name, row in rows.items() if (r := _rise(row)) is not None}
+    input_side = PREFILL_ONLY if PREFILL_ONLY in rises else PREFILL
+    gpu_side = INTER_TOKEN if INTER_TOKEN in rises else DECODE
+    sides = {n: rises[n] for n in (input_side, gpu_side) if n in rises}
+    up = [n for n, r in sides.items() if r >= RISE]
+    queue_up = rises.get(QUEUE, 0.0) >= RISE
     if not rises:
         verdict = "no latency data"
+    elif not up and queue_up:
+        verdict = (f"queue time up ×{rises[QUEUE]:.1f} while prefill and decode are not: requests wait for a "
+                   f"place in the batch (the server is full), the input side is not slow")
     elif not up:
         verdict = "neither prefill nor decode latency is up"
     else:
-        worst = max(up, key=lambda n: rises[n])
-        side = ("the input side (prompt building, RAG, queueing)" if worst == PREFILL
-                else "the model or GPU side")
-        verdict = f"{'prefill' if worst == PREFILL else 'decode'} latency up ×{rises[worst]:.1f}: {side}"
+        worst = max(up, key=lambda n: sides[n])
+        if worst == input_side:
+            what = "prefill time (queueing apart)" if worst == PREFILL_ONLY else "prefill latency"
+            side = "the input side (prompt building, RAG)" + ("" if worst == PREFILL_ONLY else ", or queueing")
+        else:
+            what = "inter-token latency" if worst == INTER_TOKEN else "decode latency"
+            side = "the model or GPU side"
+        verdict = f"{what} up ×{sides[worst]:.1f}: {side}"
     return {"signals": rows, "rise": {k: round(v, 2) for k, v in rises.items()}, "verdict": verdict}
 
 
