@@ -537,10 +537,16 @@ class _RulesFormat(click.Choice):
               help="Each rule's runbook_url annotation, {playbook} standing for the playbook's name, e.g. "
                    "https://git.example.com/ops/runbook/blob/main/playbooks/{playbook}.yaml "
                    "(default: playbooks/{playbook}.yaml).")
+@click.option("--workload", "workload_ref", default=None, metavar="KIND/NAME",
+              help="Read --max-num-seqs from this workload's containers (with --namespace and a cluster: "
+                   "--kubeconfig/--context or the config file's kubernetes: section).")
+@click.option("--kubeconfig", default=None, type=click.Path(dir_okay=False), help="With --workload: the kubeconfig.")
+@click.option("--context", "kube_context", default=None, help="With --workload: the kubeconfig context.")
 def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str, namespace: str | None,
           params: tuple[str, ...],
           profile: str | None, config_path: str | None, name: str, rule_namespace: str | None,
-          labels: tuple[str, ...], runbook_url: str | None) -> None:
+          labels: tuple[str, ...], runbook_url: str | None, workload_ref: str | None, kubeconfig: str | None,
+          kube_context: str | None) -> None:
     """Export the playbooks' detect conditions as Prometheus alerting rules.
 
     Each rule's alertname is the first of the playbook's `match.alerts`, it carries the label
@@ -559,7 +565,15 @@ def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str
     fixed: dict[str, Any] = parse_params(params)
     if namespace:
         fixed["namespace"] = namespace
-    catalog = build_catalog(load_config(config_path), profile=profile)
+    config = load_config(config_path)
+    catalog = build_catalog(config, profile=profile)
+    read_notes = []
+    if workload_ref:
+        fixed["max_num_seqs"], note = _max_num_seqs_from(config, workload_ref, namespace, fixed, kubeconfig,
+                                                         kube_context)
+        read_notes.append(note)
+    elif kubeconfig or kube_context:
+        raise click.UsageError("--kubeconfig and --context are for --workload: add --workload KIND/NAME")
     playbooks, invalid = _load_playbooks(paths, catalog)
     document, notes = alerting_rules(playbooks, catalog, fixed, alerts=load_alert_table(),
                                      url=runbook_url or RUNBOOK_URL)
@@ -567,7 +581,7 @@ def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str
         meta = parse_params(labels, "--label")
         document = prometheus_rule(document, name=name, namespace=rule_namespace, labels=meta)
     text = to_yaml(document) if output == "yaml" else json.dumps(document, indent=2) + "\n"
-    for note in notes + [f"{i.file}: {i.reason}" for i in invalid]:
+    for note in read_notes + notes + [f"{i.file}: {i.reason}" for i in invalid]:
         click.echo(f"note: {note}", err=True)
     if output_file:
         try:
@@ -580,3 +594,24 @@ def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str
         click.echo(text, nl=False)
     if invalid:
         raise SystemExit(int(ExitCode.INVALID))
+
+
+def _max_num_seqs_from(config, ref: str, namespace: str | None, fixed: dict[str, Any], kubeconfig: str | None,
+                       kube_context: str | None) -> tuple[int, str]:
+    """(--max-num-seqs of the workload, a note saying where it came from)."""
+    from runbook.backends.kubernetes import connect as kubernetes
+    from runbook.triage.workload_flags import max_num_seqs
+
+    if "max_num_seqs" in fixed:
+        raise click.UsageError("give max_num_seqs either with -p or read from --workload, not both")
+    if not namespace:
+        raise click.UsageError(f"--workload {ref} needs --namespace: the namespace it runs in")
+    cluster = kubernetes.connect(config, kubeconfig=kubeconfig, context=kube_context)
+    if cluster is None:
+        raise click.UsageError("--workload needs a cluster: give --kubeconfig (and --context), or put a "
+                               "`kubernetes:` section in the config file")
+    try:
+        value = max_num_seqs(cluster, namespace, ref)
+    finally:
+        cluster.close()
+    return value, f"max_num_seqs {value}: read from {ref}'s --max-num-seqs in namespace {namespace}"
