@@ -45,7 +45,7 @@ def test_the_wheel_is_what_runs(installed):
 def test_validate_list_and_actions_work_outside_the_source_tree(installed):
     validate = runbook(installed, "validate")
     assert validate.returncode == 0, validate.stderr
-    assert validate.stdout.count("ok  <bundled>/") == 4
+    assert validate.stdout.count("ok  <bundled>/") == len(list((ROOT / "playbooks").glob("*.yaml")))
     listed = json.loads(runbook(installed, "list", "--output", "json").stdout)
     assert {p["name"] for p in listed} >= {"oom-surge", "waiting-queue", "zombie-process", "lingering-cuda-context"}
     actions = json.loads(runbook(installed, "actions", "--output", "json").stdout)

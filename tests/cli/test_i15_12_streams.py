@@ -47,7 +47,7 @@ def test_item12_plans_read_as_words():
     deleted = runbook("drill", "waiting-queue", "--yes").stdout.splitlines()
     assert "             - pods: vllm-server-2" in deleted
     assert "             + pods: none" in deleted
-    killed = runbook("drill", "oom-surge", "--yes").stdout
+    killed = runbook("drill", "oom-surge-at-floor", "--yes").stdout  # at its floor, the server is killed
     assert "plan: send SIGKILL to 1 process(es) matching `vllm\\.entrypoints|vllm serve` in vllm-server-0" in killed
 
 
@@ -105,7 +105,11 @@ def _complete(words: str, tmp_path=None) -> list[str]:
 
 
 def test_item12_shell_completion_names_playbooks_scenarios_and_incidents():
-    assert _complete("runbook drill oom") == ["plain,oom-surge", "plain,oom-surge-metrics-down"]
+    from runbook.sim.scenario import scenario_names
+
+    oom = [f"plain,{name}" for name in scenario_names() if name.startswith("oom")]
+    assert {"plain,oom-surge", "plain,oom-surge-metrics-down"} <= set(oom)
+    assert _complete("runbook drill oom") == oom
     assert _complete("runbook run wait") == ["plain,waiting-queue"]
     done = runbook("drill", "zombie-process", "--yes", "-o", "json")
     incident = json.loads(done.stdout)["incident_id"]
