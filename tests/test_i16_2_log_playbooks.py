@@ -95,6 +95,10 @@ def test_prompt_truncation_proposes_a_raise_to_fit_the_longest_prompt(tmp_path):
     applied = next(e for e in events if e.type == ev.ACTION_APPLIED and e.step == "raise-max-model-len")
     assert applied.data["before"] == {"--max-model-len": "8192"} and applied.data["after"] == {"--max-model-len": "11264"}
     assert [m["op"] for m in _writes(world)] == ["set_container_argv"]
+    # Lengths only: neither the prompts' text nor their token ids reach the journal.
+    journaled = json.dumps([e.data for e in events])
+    assert "Answer from the passages below" not in journaled and "128000, " not in journaled
+    assert "chatcmpl-rag-vllm-server-0-0: 7890 prompt tokens" in journaled
 
 
 def test_prompt_truncation_is_never_applied_by_a_webhook_policy_that_does_not_name_it(tmp_path):

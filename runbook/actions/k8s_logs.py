@@ -133,7 +133,8 @@ def prompt_lengths(ctx: StepContext, p: PromptLengthsParams) -> ActionResult:
     """Prompt lengths from vLLM's request logs and its "maximum context length" refusals, against
     `--max-model-len`; proposes a raise (the longest prompt × `headroom`, rounded up) never above `ceiling`.
 
-    Result: `prompts`, `longest`, `near_limit`, `rejected`, `proposed` (None: nothing to raise) and `capped`.
+    Result: `prompts`, `longest`, `near_limit`, `rejected`, `per_pod`, `proposed` (None: nothing to raise)
+    and `capped`. Only lengths are journaled, never a prompt's text.
     """
     namespace = ctx.namespace(p.namespace)
     selector, found = read_logs(ctx, p, namespace)
@@ -159,9 +160,13 @@ def prompt_lengths(ctx: StepContext, p: PromptLengthsParams) -> ActionResult:
         if proposed <= p.max_model_len:
             proposed = None  # the GPU holds no more than what runs now: nothing to propose
     limits = sorted({s.limit for s in rejected if s.limit is not None})
-    result = dict(max_model_len=p.max_model_len, ceiling=p.ceiling, prompts=len(seen), longest=longest,
+    # Lengths only: the prompts' text is the users' data and stays out of the journal.
+    excerpt = [f"{s.pod}: " + (f"refused, {s.prompt_tokens} tokens requested (context {s.limit})" if s.rejected
+                               else f"request {s.request}: {s.prompt_tokens} prompt tokens") for s in (near + rejected)[:MAX_EXCERPT_LINES]]
+    result = dict(count=len(near) + len(rejected), excerpt=excerpt, max_model_len=p.max_model_len, ceiling=p.ceiling, prompts=len(seen), longest=longest,
                   near_limit=len(near), near_at=near_at, rejected=len(rejected), limits_named=limits,
-                  lower_bounds=sum(1 for s in seen if s.lower_bound), by_pod=dict(sorted(by_pod.items())),
+                  lower_bounds=sum(1 for s in seen if s.lower_bound), per_pod=dict(sorted(by_pod.items())),
+                  by_pod={pod: row["near_limit"] + row["rejected"] for pod, row in sorted(by_pod.items())},
                   proposed=proposed, capped=capped, pods=len({pod for pod, _ in found}))
     ctx.evidence("logs", f"prompt lengths against --max-model-len={p.max_model_len} in the last "
                  f"{format_duration(p.since)}", selector=selector, **result)
