@@ -20,7 +20,7 @@ BUNDLED = {"oom-surge": "resolved", "waiting-queue": "resolved", "zombie-process
            "lingering-cuda-context": "resolved", "waiting-queue-all-unready": "refused",
            "oom-surge-metrics-down": "refused"}
 BUNDLED |= {"oom-surge-compose": "resolved", "zombie-process-compose": "resolved"}  # Docker Compose hosts (issue 16, item 5)
-BUNDLED |= {"oom-surge-at-floor": "resolved"}  # --max-model-len at its floor: the kill is the one restart (issue 16, item 9)
+BUNDLED |= {"oom-surge-at-floor": "resolved", "oom-surge-hpa": "resolved"}  # --max-model-len at its floor: the kill is the one restart (issue 16, item 9); an HPA held (item 8)
 VLLM = {"app": "vllm-server"}
 
 
