@@ -114,13 +114,16 @@ def _default_namespace(playbooks: list, namespace: str | None) -> str | None:
 @click.option("--playbook", "playbook_name", default=None, metavar="NAME",
               help="With --run: run this playbook instead of the top match.")
 @click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
+@click.option("--workload", "workload_ref", default=None, metavar="KIND/NAME",
+              help="Read --max-num-seqs from this workload (with --namespace and a cluster) for the "
+                   "running-batch warning line.")
 @connection_options
 @safety_options
 @output_option
 def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_name: str | None,
-           profile: str | None, config_path: str | None, prometheus_url: str | None, kubeconfig: str | None,
-           kube_context: str | None, in_cluster: bool, namespace: str | None, yes: bool, dry_run: bool,
-           operator_name: str | None, output: str) -> None:
+           profile: str | None, workload_ref: str | None, config_path: str | None, prometheus_url: str | None,
+           kubeconfig: str | None, kube_context: str | None, in_cluster: bool, namespace: str | None, yes: bool,
+           dry_run: bool, operator_name: str | None, output: str) -> None:
     from runbook.config import load_config
     from runbook.signals.alert_table import load_alert_table
     from runbook.signals.catalog import build_catalog
@@ -135,6 +138,12 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
     at = parse_at(at_text)
     config = load_config(config_path)
     catalog = build_catalog(config, profile=profile)
+    if workload_ref:  # the server's own --max-num-seqs, for the running-batch line
+        from runbook.triage.rules import with_params
+
+        value, note = _max_num_seqs_from(config, workload_ref, namespace, {}, kubeconfig, kube_context, in_cluster)
+        catalog = with_params(catalog, {"max_num_seqs": value})
+        click.echo(f"note: {note}", err=True)
     playbooks, invalid = _load_playbooks(paths, catalog)
     metrics = _metrics(config, prometheus_url, catalog)
     try:
@@ -597,7 +606,7 @@ def rules(paths: tuple[str, ...], output: str, output_file: str | None, fmt: str
 
 
 def _max_num_seqs_from(config, ref: str, namespace: str | None, fixed: dict[str, Any], kubeconfig: str | None,
-                       kube_context: str | None) -> tuple[int, str]:
+                       kube_context: str | None, in_cluster: bool = False) -> tuple[int, str]:
     """(--max-num-seqs of the workload, a note saying where it came from)."""
     from runbook.backends.kubernetes import connect as kubernetes
     from runbook.triage.workload_flags import max_num_seqs
@@ -606,7 +615,7 @@ def _max_num_seqs_from(config, ref: str, namespace: str | None, fixed: dict[str,
         raise click.UsageError("give max_num_seqs either with -p or read from --workload, not both")
     if not namespace:
         raise click.UsageError(f"--workload {ref} needs --namespace: the namespace it runs in")
-    cluster = kubernetes.connect(config, kubeconfig=kubeconfig, context=kube_context)
+    cluster = kubernetes.connect(config, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster)
     if cluster is None:
         raise click.UsageError("--workload needs a cluster: give --kubeconfig (and --context), or put a "
                                "`kubernetes:` section in the config file")

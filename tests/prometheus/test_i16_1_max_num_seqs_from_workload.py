@@ -51,3 +51,21 @@ def test_workload_needs_a_namespace_and_a_well_formed_name(kubeconfig):
     assert bad.exit_code == 3 and "give KIND/NAME, e.g. statefulset/vllm-server" in bad.output
     both = rules("-n", "llm", "-p", "max_num_seqs=8", "--workload", "statefulset/x", "--kubeconfig", str(kubeconfig))
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_triage_reads_it_from_the_workload_for_the_running_batch_line(k8s, kubeconfig, prometheus):
+    import json
+
+    from tests.prometheus.data import SCENARIOS
+
+    k8s.apply(world.workload("StatefulSet", "vllm-small", labels={"app": "vllm-small"}, containers=[
+        {"name": "vllm", "image": "docker.io/vllm/vllm-openai:v0.10.0", "command": list(world.VLLM_COMMAND),
+         "args": [*world.VLLM_ARGS, "--max-num-seqs=16"]}]))
+    result = CliRunner().invoke(main, ["triage", "--prometheus-url", prometheus.url, "-o", "json", "-n", "llm",
+                                       "--workload", "statefulset/vllm-small", "--kubeconfig", str(kubeconfig),
+                                       "--context", "runbook-test", "--at", SCENARIOS["oom-surge"].at.isoformat()],
+                                catch_exceptions=False)
+    doc = json.loads(result.stdout)
+    batch = next(w for w in doc["warnings"] if w["alert"] == "VllmRunningBatchFull")
+    assert batch["state"] != "skipped" and batch["labels"]["namespace"] == "llm"
+    assert "max_num_seqs 16: read from statefulset/vllm-small's --max-num-seqs" in result.stderr
