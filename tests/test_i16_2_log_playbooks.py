@@ -10,7 +10,7 @@ from runbook import journal as journals
 from runbook.actions import load_builtin
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook
-from runbook.engine.operator import AssumeYes
+from runbook.engine.operator import AssumeYes, Scripted
 from runbook.engine.runner import Engine
 from runbook.locks import MemoryLocks
 from runbook.model import events as ev
@@ -87,7 +87,9 @@ def test_a_secret_in_a_log_line_is_redacted_before_it_is_journaled(tmp_path):
 
 
 def test_prompt_truncation_proposes_a_raise_to_fit_the_longest_prompt(tmp_path):
-    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path)
+    person = Scripted([True], by="on-call")  # a person's yes: the raise is guarded `unattended: false`
+    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path, operator=person)
+    assert [r.needs_person for r in person.asked] == [True]
     assert result.outcome == "resolved"
     prompts = _evidence(events, "prompts")
     assert (prompts["max_model_len"], prompts["longest"], prompts["proposed"], prompts["capped"]) == (8192, 9310, 11264, False)
@@ -118,3 +120,44 @@ def test_prompt_truncation_escalates_when_the_gpu_holds_no_more(tmp_path):
     assert_sequence(events, [(ev.STEP_FINISHED, "raise-max-model-len"), (ev.ESCALATED, "nothing-to-raise")],
                     forbidden=(ev.ACTION_PLANNED,))
     assert _writes(world) == []
+
+
+def test_prompt_truncation_is_never_applied_by_yes_or_a_policy_that_names_it(tmp_path):
+    """`unattended: false`: --yes refuses it, and a webhook policy listing it still only proposes it."""
+    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path / "yes", operator=AssumeYes("cron"))
+    assert result.outcome == "refused"
+    refused = next(e for e in events if e.type == ev.GUARD_REFUSED and e.step == "raise-max-model-len")
+    assert refused.data["guard"] == "confirm" and "needs a person's yes" in refused.data["reason"]
+    assert _writes(world) == []
+    listed = PolicyOperator(Policy(unattended={"prompt-truncation": ["raise-max-model-len"]}), "prompt-truncation",
+                            closed=lambda: False)
+    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path / "policy", operator=listed, webhook=True)
+    assert result.outcome == "proposed"
+    proposed = next(e for e in events if e.type == "action.proposed")
+    assert "guard unattended: false" in proposed.data["reason"]
+    assert _writes(world) == []
+
+
+def test_an_operator_that_does_not_know_the_guard_cannot_say_yes_for_a_person(tmp_path):
+    class Robot:
+        def confirm(self, request):
+            from runbook.engine.operator import Confirmation
+
+            return Confirmation(True, "robot", "always")
+
+    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path, operator=Robot())
+    refused = next(e for e in events if e.type == ev.GUARD_REFUSED and e.step == "raise-max-model-len")
+    assert refused.data["guard"] == "unattended" and result.outcome == "refused"
+    assert _writes(world) == []
+
+
+def test_an_approval_with_runbook_approve_is_a_persons_yes(tmp_path):
+    from runbook.webhook.policy import ApprovalOperator
+
+    fallback = PolicyOperator(Policy(), "prompt-truncation", closed=lambda: False)
+    approved = ApprovalOperator("raise-max-model-len", "alice", fallback)
+    result, events, world = _run(load_scenario("prompt-truncation"), tmp_path, operator=approved, webhook=True)
+    assert result.outcome == "resolved"
+    confirmed = next(e for e in events if e.type == ev.ACTION_CONFIRMED and e.step == "raise-max-model-len")
+    assert confirmed.data["by"] == "alice"
+    assert [m["op"] for m in _writes(world)] == ["set_container_argv"]

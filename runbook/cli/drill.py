@@ -55,7 +55,7 @@ def drill(scenario: str | None, list_: bool, yes: bool, dry_run: bool, operator_
     with run_signals() as caught:
         result = run_drill(scenario, state=state,
                            operator=operator_for(yes=yes, by=operator_name or default_operator_name(),
-                                                 console=stderr_console()),
+                                                 console=stderr_console(), rehearsal=True),
                            dry_run=dry_run, on_event=view, on_progress=view.progress if view else None,
                            on_start=on_start, interrupted=caught.journaled)
     # Both print helpers fall silent on a closed stream: the exit code stays the run's.

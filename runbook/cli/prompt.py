@@ -37,7 +37,7 @@ class TerminalOperator:
             except EOFError:
                 return Confirmation(False, self.by, "aborted at the prompt (end of input)")
             if answer == "yes":
-                return Confirmation(True, self.by, "prompt")
+                return Confirmation(True, self.by, "prompt", by_person=True)
             if answer == "skip":
                 return skipped(self.by, "skipped at the prompt")
             if answer == "abort":
@@ -54,9 +54,10 @@ class TerminalOperator:
         return line
 
 
-def operator_for(*, yes: bool, by: str, console) -> Operator:
+def operator_for(*, yes: bool, by: str, console, rehearsal: bool = False) -> Operator:
+    """`rehearsal`: a drill, where `--yes` stands in for the person at the prompt."""
     if yes:
-        return AssumeYes(by)
+        return AssumeYes(by, rehearsal=rehearsal)
     if sys.stdin is not None and sys.stdin.isatty():
         return TerminalOperator(console, by)
     return NoTerminal(by)

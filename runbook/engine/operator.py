@@ -19,6 +19,7 @@ class ConfirmRequest:
     target: str
     summary: str
     diff: tuple[str, ...]
+    needs_person: bool = False  # guard `unattended: false`: only a person's yes applies it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Confirmation:
     by: str
     reason: str = ""
     skip: bool = False  # not approved, and only this step is left out: the run goes on
+    by_person: bool = False  # a person answered (a prompt, `runbook approve`), not a flag or a policy
 
 
 def skipped(by: str, reason: str) -> Confirmation:
@@ -38,12 +40,22 @@ class Operator(Protocol):
 
 
 class AssumeYes:
-    """`--yes`: answers every prompt with yes, in the name of the given operator."""
+    """`--yes`: answers every prompt with yes, in the name of the given operator.
 
-    def __init__(self, by: str):
-        self.by = by
+    `rehearsal`: a drill's `--yes`, which stands in for the person at the prompt (nothing real
+    changes), so a change that needs a person's yes (guard `unattended: false`) is rehearsed too.
+    """
+
+    def __init__(self, by: str, *, rehearsal: bool = False):
+        self.by, self.rehearsal = by, rehearsal
 
     def confirm(self, request: ConfirmRequest) -> Confirmation:
+        if self.rehearsal:
+            return Confirmation(True, self.by, "--yes (a drill: in place of the person at the prompt)",
+                                by_person=request.needs_person)
+        if request.needs_person:
+            return Confirmation(False, self.by, "this change needs a person's yes (guard unattended: false) and "
+                                                "--yes does not give one; run without --yes on a terminal")
         return Confirmation(True, self.by, "--yes")
 
 
@@ -73,4 +85,4 @@ class Scripted:
             return skipped(self.by, "skipped by the operator")
         if not isinstance(answer, bool):
             raise AssertionError(f"a scripted answer is True, False or 'skip', not {answer!r}")
-        return Confirmation(answer, self.by, "" if answer else "declined by the operator")
+        return Confirmation(answer, self.by, "" if answer else "declined by the operator", by_person=True)

@@ -561,12 +561,17 @@ class Engine:
             actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, "", False))
             return self._end(step, kind, "would_change", f"would {plan.summary}", view(plan), now)
         diff = plan.diff()
-        if not guard.confirm:
+        needs_person = not guard.unattended
+        if not guard.confirm and not needs_person:
             by = "policy (confirm: false)"
         elif diff != confirmed_diff:
             # Asked again when a re-plan changed what would be done: the answer was to another diff.
             answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,
-                                                          plan.summary, tuple(diff)))
+                                                          plan.summary, tuple(diff), needs_person=needs_person))
+            if needs_person and answer.approved and not answer.by_person and not isinstance(answer, Proposed):
+                # An operator that does not know the guard (a custom one) said yes without a person.
+                return refuse("unattended", f"this change needs a person's yes, and {answer.by} is not one; "
+                                            "answer it at the prompt or with runbook approve", plan)
             if isinstance(answer, Proposed):
                 self._record(ACTION_PROPOSED, self.clock.now(), step=step.id,
                              data={"action": action, "target": plan.target, "summary": plan.summary,

@@ -69,6 +69,9 @@ class Guard(_Strict):
     """Hard limits and prompts around one remediation. `--yes` answers prompts only."""
 
     confirm: bool = True
+    # False: only a person's yes applies it (the prompt, `runbook approve`); never --yes or a webhook
+    # policy, which propose it instead. Implies confirm.
+    unattended: bool = True
     recheck: bool = True  # re-check the playbook's detect condition right before acting
     lock: bool = True
     cooldown: Duration | None = None  # no second application to the same target within this

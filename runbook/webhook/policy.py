@@ -24,9 +24,10 @@ class PolicyOperator:
     def confirm(self, request: ConfirmRequest) -> Confirmation:
         if self.closed():
             return Confirmation(False, POLICY, "the alert resolved; nothing more is applied for this incident")
-        if self.policy.allows(self.playbook, request.step):
+        if self.policy.allows(self.playbook, request.step) and not request.needs_person:
             return Confirmation(True, f"{POLICY} (unattended)", "allowed unattended by webhook.policy")
-        return Proposed(False, POLICY, f"needs a human: runbook approve {request.incident} {request.step}")
+        why = " (guard unattended: false)" if request.needs_person else ""
+        return Proposed(False, POLICY, f"needs a human{why}: runbook approve {request.incident} {request.step}")
 
 
 class ApprovalOperator:
@@ -39,7 +40,7 @@ class ApprovalOperator:
         if request.step == self.step:
             if self.fallback.closed():
                 return Confirmation(False, self.by, "the alert resolved after the approval; not applied")
-            return Confirmation(True, self.by, "approved with runbook approve")
+            return Confirmation(True, self.by, "approved with runbook approve", by_person=True)
         return self.fallback.confirm(request)
 
 

@@ -33,7 +33,7 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="session")
 def played(tmp_path_factory) -> dict[str, timeline.Played]:
     state = tmp_path_factory.mktemp("drills")
-    return {name: timeline.play(name, state, AssumeYes("realstack")) for name in scenario_names()}
+    return {name: timeline.play(name, state, AssumeYes("realstack", rehearsal=True)) for name in scenario_names()}
 
 
 @pytest.fixture(scope="session")

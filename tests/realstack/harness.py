@@ -111,7 +111,7 @@ def run_in_process(laid: Laid, played: Played, state: Path) -> tuple[RunResult, 
     world = real_backends(laid)
     incident = journals.new_incident_id(laid.clock.now(), playbook.name)
     journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
-    operator = AssumeYes("realstack")
+    operator = AssumeYes("realstack", rehearsal=True)  # the drill's --yes, replayed
     engine = Engine(registry=registry, world=world, clock=laid.clock, journal=journal, operator=operator,
                     locks=shared_state.target_locks(world, state), history=journals.History(state),
                     kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
