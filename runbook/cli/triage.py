@@ -243,6 +243,7 @@ def _document(report, views, metrics) -> dict[str, Any]:
         "quiet": [f.to_json() for f in report.findings if f.state in ("quiet", "pending")],
         "unknown": [f.to_json() for f in report.of("unknown")],
         "no_source": [f.to_json() for f in report.of("no_source")],
+        "not_applicable": [f.to_json() for f in report.of("not_applicable")],
         "skipped": [f.to_json() for f in report.of("skipped")],
         "warnings": [f.to_json() for f in report.warnings],
         "invalid": [i.to_json() for i in report.invalid],
@@ -301,6 +302,8 @@ def _print_report(report, views, metrics) -> None:
         out.print("\n[bold yellow]No source here[/] (never read as quiet)")
         for f in no_source:
             out.print(f"  {f.playbook}: {f.reason}", markup=False, highlight=False)
+    for f in report.of("not_applicable"):
+        out.print(f"not applicable here {f.playbook}: {f.reason}", style="dim", markup=False, highlight=False)
     for f in report.of("skipped"):
         out.print(f"[dim]skipped {f.playbook}: {f.reason}[/]", highlight=False)
     if report.invalid:

@@ -233,6 +233,9 @@ def _named_signals(data: Mapping[str, Any], registry: Registry) -> Iterable[tupl
     detect = data.get("detect")
     if isinstance(detect, Mapping) and isinstance(detect.get("signal"), str):
         yield ("detect", "signal"), detect["signal"]
+    applies = detect.get("applies_when") if isinstance(detect, Mapping) else None
+    if isinstance(applies, Mapping) and isinstance(applies.get("signal"), str):
+        yield ("detect", "applies_when", "signal"), applies["signal"]
     steps = data.get("steps")
     for index, step in enumerate(steps if isinstance(steps, list) else ()):
         if not isinstance(step, Mapping) or not isinstance(step.get("uses"), str):

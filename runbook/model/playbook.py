@@ -42,6 +42,16 @@ class Match(_Strict):
         return titles
 
 
+class AppliesWhen(_Strict):
+    """Where a playbook applies at all: where this signal's sources have a series with these labels
+    (a canary version deployed, a Docker Compose host scraped). Where they have none, triage lists the
+    playbook as not applicable here, `because` — neither quiet nor an exporter missing."""
+
+    signal: str
+    labels: dict[str, str] = {}  # may hold templates such as "{{ params.namespace }}"
+    because: str = pydantic.Field(min_length=1, max_length=200)  # what its absence means, in words
+
+
 class Detect(_Strict):
     """The condition triage evaluates, and that guards re-check right before acting."""
 
@@ -50,6 +60,7 @@ class Detect(_Strict):
     below: float | None = None
     for_: Duration = pydantic.Field(0.0, alias="for")
     labels: dict[str, str] = {}  # may hold templates such as "{{ params.namespace }}"
+    applies_when: AppliesWhen | None = None
 
     @pydantic.model_validator(mode="after")
     def _one_bound(self) -> "Detect":

@@ -34,7 +34,7 @@ class Finding:
     playbook: str
     title: str
     severity: str
-    state: str  # firing | pending | quiet | unknown | no_source | skipped
+    state: str  # firing | pending | quiet | unknown | no_source | not_applicable | skipped
     signal: str | None = None
     condition: str = ""
     labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -253,9 +253,34 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
     except RunbookError as exc:
         return Finding(**common, state="unknown", reason=f"{reason} (its sources could not be checked: {exc})")
     if missing:
+        absent = _not_applicable(playbook, params, metrics, at)
+        if absent is not None:
+            return Finding(**common, state="not_applicable", reason=absent)
         return Finding(**common, state="no_source", missing_sources=missing,
                        reason=no_source_reason(detect.signal, labels, missing))
     return Finding(**common, state="unknown", reason=reason)
+
+
+def _not_applicable(playbook: Playbook, params: Mapping[str, Any], metrics: Metrics, at: dt.datetime) -> str | None:
+    """Why the playbook does not apply here (its `applies_when` has no series), or None when it does
+    or this backend cannot tell. Asked only where the detect read nothing: a reading means it applies."""
+    applies = playbook.detect.applies_when if playbook.detect is not None else None
+    if applies is None:
+        return None
+    merged = {**playbook.params, **params}
+    context = {"params": merged, "alert": {"labels": {}, "annotations": {}, "name": "", "source": "triage"},
+               "incident": {"id": ""}}
+    try:
+        labels = {str(k): str(v) for k, v in templating.render_value(dict(applies.labels), context).items()}
+        missing = missing_sources(metrics, applies.signal, labels, at)
+    except BackendUnavailable:
+        raise
+    except RunbookError:
+        return None  # cannot tell: the missing source is reported as it is
+    if not missing:
+        return None
+    where = ", ".join(f"{k}={v}" for k, v in labels.items())
+    return f"{applies.because} (no series of {' or '.join(missing)}{f' with {where}' if where else ''})"
 
 
 def evaluate(playbooks: Sequence[Playbook], metrics: Metrics, at: dt.datetime,

@@ -43,5 +43,7 @@ def headline(report: Report) -> str:
         return head + "".join(f"; {c}" for c in concerns)
     if concerns:
         return "Not all clear: " + "; ".join(concerns)
-    evaluated = len([f for f in report.findings if f.state != "skipped"])
-    return f"All clear: nothing fires ({_playbooks(evaluated)} evaluated)"
+    evaluated = len([f for f in report.findings if f.state not in ("skipped", "not_applicable")])
+    absent = len(report.of("not_applicable"))
+    return (f"All clear: nothing fires ({_playbooks(evaluated)} evaluated"
+            + (f", {absent} not applicable here" if absent else "") + ")")
