@@ -16,6 +16,7 @@ from collections.abc import Iterable
 
 STEP = 15  # the scrape interval, seconds
 BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0)
+PROMPT_BUCKETS = (128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0)  # vllm:request_prompt_tokens
 DAY = 86400
 MODEL = "meta-llama/Meta-Llama-3-8B-Instruct"
 Points = list[tuple[float, float | None]]  # (seconds relative to `at`, value from then on; None: absent)
@@ -46,6 +47,7 @@ class Line:
     per: float = 60.0
     start: float = 0.0  # a counter's value when it first appears
     requests_per_sec: float = 2.0  # for `hist`: observations per second
+    buckets: tuple[float, ...] = BUCKETS  # for `hist`: the upper bounds of its buckets
 
 
 def _value(points: Points, r: float) -> float | None:
@@ -78,6 +80,9 @@ def _pod_lines(pod: str, *, waiting: Points, running: Points, kv: Points, tokens
         Line("vllm:generation_tokens_total", labels, "counter", tokens, per=1.0, start=4.2e7),
         Line("vllm:time_to_first_token_seconds", labels, "hist", ttft),
         Line("vllm:request_decode_time_seconds", labels, "hist", decode),
+        # prompts of about 900 tokens (p99), far from any --max-model-len: prompt-truncation is quiet
+        Line("vllm:request_prompt_tokens", labels, "hist", [(p[0], None if p[1] is None else 900.0) for p in tokens],
+             buckets=PROMPT_BUCKETS),
         Line("vllm:request_success_total", {**labels, "finished_reason": "stop"}, "counter",
              [(p[0], None if p[1] is None else 60.0) for p in tokens], start=81_000),
         Line("vllm:request_success_total", {**labels, "finished_reason": "abort"}, "counter", aborted, start=40),
@@ -263,8 +268,9 @@ def _grid() -> Iterable[float]:
         yield from range(lo, hi + 1, STEP)
 
 
-def _histogram(target: float, count: float) -> tuple[list[float], float]:
+def _histogram(target: float, count: float, buckets: tuple[float, ...] = BUCKETS) -> tuple[list[float], float]:
     """Cumulative bucket counts (with +Inf) for `count` observations whose p99 is `target`."""
+    BUCKETS = buckets  # noqa: N806 - the same arithmetic over this histogram's own bounds
     upper = next((b for b in BUCKETS if target <= b), BUCKETS[-1])
     lower = max([0.0] + [b for b in BUCKETS if b < upper])
     x = (target - lower) / (upper - lower)
@@ -296,10 +302,10 @@ def _samples(line: Line, at: float) -> Iterable[tuple[str, dict[str, str], float
             total += value * STEP / line.per
             yield line.name, line.labels, total, t
         else:
-            buckets, total_sum = _histogram(value, line.requests_per_sec * STEP)
+            buckets, total_sum = _histogram(value, line.requests_per_sec * STEP, line.buckets)
             hist = buckets if hist is None else [a + b for a, b in zip(hist, buckets)]
             hist_sum += total_sum
-            for le, c in zip([*map(repr, BUCKETS), "+Inf"], hist):
+            for le, c in zip([*map(repr, line.buckets), "+Inf"], hist):
                 yield f"{line.name}_bucket", {**line.labels, "le": le}, c, t
             yield f"{line.name}_count", line.labels, hist[-1], t
             yield f"{line.name}_sum", line.labels, hist_sum, t
