@@ -191,7 +191,9 @@ def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
 # --- remediations ------------------------------------------------------------------------------------
 
 def _target(p: ServiceParams) -> str:
-    return f"compose/{p.node}/{p.service}"
+    # Under node/: with a cluster configured, its Lease needs kubernetes.lock_namespace, as a node's does,
+    # never a namespace read from the target's first word.
+    return f"node/{p.node}/compose/{p.service}"
 
 
 class RestartParams(ServiceParams):

@@ -223,6 +223,8 @@ def test_oom_lowers_max_model_len_in_the_file_and_ups_that_one_service(node, nod
     assert steps["oom-logs"].result["matches"] == 2
     (applied,) = [e for e in events if e.type == ev.ACTION_APPLIED]
     assert applied.data["after"]["--max-model-len"] == "7373"
+    # under node/: a cluster's Lease for it needs kubernetes.lock_namespace, never a namespace called "compose"
+    assert applied.data["target"] == "node/gpu-node-2/compose/vllm"
 
 
 def test_oom_that_goes_on_restores_the_backup_and_ups_the_service_again(node, nodes):
