@@ -109,7 +109,9 @@ def logs(ctx: StepContext, p: LogsParams) -> ActionResult:
                   pods=len({pod for pod, _ in found}))
     if p.above is not None:
         result.update(above=bool(firing), firing=firing, threshold=p.above)
-    ctx.evidence("logs", f"{what}{which} in the last {format_duration(p.since)}", selector=selector, **result)
+    # Titled apart from the summary (which counts the same lines): the report shows each once.
+    ctx.evidence("logs", f"log lines per pod and minute, {what}{which} in the last {format_duration(p.since)}",
+                 selector=selector, **result)
     summary = f"{counts.total} {what}{which} in the last {format_duration(p.since)} across {result['pods']} pods"
     if counts.by_pod_minute:
         summary += f", at most {counts.peak_per_min} per pod and minute"
