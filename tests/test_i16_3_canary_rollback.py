@@ -195,3 +195,21 @@ def test_when_stable_does_not_take_the_load_the_canary_is_scaled_back_and_the_ro
     assert _changes(world) == [("set_route", "service/vllm", {"selector": STABLE}), ("scale", "deployment/vllm-v2", 0),
                                ("scale", "deployment/vllm-v2", 1),
                                ("set_route", "service/vllm", {"selector": {"app": "vllm"}})]
+
+
+def test_a_p95_regression_alone_rolls_the_canary_back(tmp_path):
+    """No OOM failure at all (the detect condition is quiet): the latency comparison is reason enough."""
+    scenario = load_scenario("canary-rollback")
+    signals = []
+    for signal in scenario.signals:
+        if signal.name in ("oom_failures_per_min", "decode_tokens_per_sec"):
+            value = 0.0 if signal.name == "oom_failures_per_min" else 2100.0
+            signal = signal.model_copy(update={"series": [s.model_copy(update={"points": [(-2 * 86400.0, value)]})
+                                                          for s in signal.series]})
+        signals.append(signal)
+    result, events, world = _run(scenario.model_copy(update={"signals": signals}), tmp_path)
+    assert result.outcome == "resolved"
+    worse = {e.step: "; worse: " in e.data["summary"] for e in events if e.type == ev.STEP_FINISHED
+             and e.step in ("canary-ooms", "canary-throughput", "canary-p95")}
+    assert worse == {"canary-ooms": False, "canary-throughput": False, "canary-p95": True}
+    assert _changes(world)[0] == ("set_route", "service/vllm", {"selector": STABLE})
