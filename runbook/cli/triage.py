@@ -405,7 +405,9 @@ def signals(check: bool, at_text: str | None, profile: str | None, config_path: 
         playbooks, _ = _load_playbooks((), catalog)
     except InvalidInput:
         playbooks = []
-    for p in playbooks:
+    # A signal is checked as the playbooks for every cluster ask it; one only for some worlds (a
+    # canary, a Compose host: `applies_when`) is the way it is asked only where no other asks it.
+    for p in sorted(playbooks, key=lambda p: p.detect is not None and p.detect.applies_when is not None):
         if p.detect is not None:
             used.setdefault(p.detect.signal, []).append(p.name)
             try:

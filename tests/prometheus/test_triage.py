@@ -19,6 +19,11 @@ from runbook.testing import FakeCluster
 from tests.engine.helpers import cluster
 from tests.prometheus.data import SCENARIOS
 from tests.prometheus.servers import Erring, Hanging, StoppingProxy
+from runbook.loading.discovery import bundled_dir
+
+# The SOP's four first playbooks, named: tests of how triage fails count them (the bundle grows).
+SOP_FOUR = [str(bundled_dir() / f"{name}.yaml") for name in ("lingering-cuda-context", "oom-surge", "waiting-queue",
+                                                                 "zombie-process")]
 
 
 def triage(url: str, *args: str):
@@ -48,7 +53,10 @@ def test_the_same_time_the_day_before_is_quiet(prometheus, name):
     code, doc = triage_json(prometheus.url, "--at", SCENARIOS[name].quiet_at.isoformat())
     assert (code, doc["firing"], doc["unknown"], doc["top"]) == (0, [], [], None)
     assert {q["playbook"] for q in doc["quiet"]} == {"lingering-cuda-context", "oom-surge", "waiting-queue",
-                                                     "zombie-process"}
+                                                     "zombie-process", "disconnect-storm", "prompt-truncation"}
+    # No canary serves and no Compose host is scraped in this cluster: those playbooks do not apply.
+    assert {a["playbook"] for a in doc["not_applicable"]} == {"canary-rollback", "oom-surge-compose",
+                                                              "zombie-process-compose"}
 
 
 def test_a_queue_and_its_503s_rank_the_queue_first_because_it_began_first(prometheus):
@@ -101,7 +109,7 @@ def test_prometheus_stopped_mid_triage_leaves_the_rest_unknown(prometheus):
     # once: Prometheus stops right after the first answer.
     with StoppingProxy(prometheus.url, answers=1) as proxy:
         started = time.monotonic()
-        code, doc = triage_json(proxy.url, "--at", SCENARIOS["oom-surge"].at.isoformat())
+        code, doc = triage_json(proxy.url, *SOP_FOUR, "--at", SCENARIOS["oom-surge"].at.isoformat())
         elapsed = time.monotonic() - started
     seen = {f["playbook"] for f in doc["firing"] + doc["quiet"] + doc.get("pending", [])}
     assert seen == {"lingering-cuda-context"}  # what it saw still counts
@@ -122,7 +130,7 @@ def test_prometheus_stopped_at_a_quiet_time_is_exit_11_never_all_clear(prometheu
 
 def test_a_500_gives_exit_11_and_the_servers_message():
     with Erring(500, "out of memory while evaluating") as server:
-        code, doc = triage_json(server.url, "--at", "2026-03-14T03:12:07Z")
+        code, doc = triage_json(server.url, *SOP_FOUR, "--at", "2026-03-14T03:12:07Z")
         assert len(server.requests) == 1  # one failure is enough to stop asking
     assert code == 11 and doc["firing"] == []
     assert len(doc["unknown"]) == 4
@@ -153,7 +161,8 @@ def test_unreachable_prometheus_gives_exit_11_quickly():
 def test_a_malformed_query_is_unknown_with_the_servers_message(prometheus, tmp_path):
     config = tmp_path / "runbook.yaml"
     config.write_text("signals:\n  overrides:\n    waiting_requests: 'sum(vllm:num_requests_waiting{{labels}}'\n")
-    code, doc = triage_json(prometheus.url, "--config", str(config), "--at", SCENARIOS["oom-surge"].quiet_at.isoformat())
+    code, doc = triage_json(prometheus.url, *SOP_FOUR, "--config", str(config), "--at",
+                            SCENARIOS["oom-surge"].quiet_at.isoformat())
     assert code == 11
     [bad] = doc["unknown"]
     assert bad["playbook"] == "waiting-queue" and "parse error" in bad["reason"]
