@@ -72,9 +72,11 @@ def test_item6_serve_refuses_to_start_without_the_world_its_playbooks_need(nothi
     assert result.stdout == ""
     assert result.stderr == (
         "Error: runbook serve would accept alerts it cannot run; not configured:\n"
-        "  - a Kubernetes cluster, for playbooks oom-surge, waiting-queue, zombie-process: "
+        "  - a Kubernetes cluster, for playbooks canary-rollback, disconnect-storm, oom-surge, prompt-truncation, "
+        "waiting-queue, zombie-process: "
         "pass --kubeconfig FILE (and --context NAME when it holds several), set KUBECONFIG, or pass --in-cluster "
         "inside a pod (or the config file's kubernetes: section)\n"
-        "  - the GPU nodes over SSH, for playbooks lingering-cuda-context: a nodes: inventory in the config file "
+        "  - the GPU nodes over SSH, for playbooks lingering-cuda-context, oom-surge-compose, zombie-process-compose: "
+        "a nodes: inventory in the config file "
         "(--config, $RUNBOOK_CONFIG, ./runbook.yaml)\n"
         "Configure them, or serve only the playbooks this server can run with --playbooks.\n")

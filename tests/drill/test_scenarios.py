@@ -20,6 +20,8 @@ BUNDLED = {"oom-surge": "resolved", "waiting-queue": "resolved", "zombie-process
            "lingering-cuda-context": "resolved", "waiting-queue-all-unready": "refused",
            "oom-surge-metrics-down": "refused"}
 BUNDLED |= {"oom-surge-compose": "resolved", "zombie-process-compose": "resolved"}  # Docker Compose hosts (issue 16, item 5)
+BUNDLED |= {"canary-rollback": "resolved", "canary-rollback-stable-unready": "refused"}  # SOP §7 (issue 16, item 3)
+BUNDLED |= {"disconnect-storm": "resolved", "prompt-truncation": "resolved"}  # from the logs (issue 16, item 2)
 BUNDLED |= {"oom-surge-at-floor": "resolved", "oom-surge-hpa": "resolved"}  # --max-model-len at its floor: the kill is the one restart (issue 16, item 9); an HPA held (item 8)
 VLLM = {"app": "vllm-server"}
 
@@ -50,7 +52,7 @@ def test_the_bundled_scenarios():
 @pytest.mark.parametrize("name", sorted(BUNDLED))
 def test_each_scenario_builds_and_answers(name):
     world, _ = world_of(name)
-    pods = world.cluster.list_pods("llm", VLLM)
+    pods = [pod for w in world.scenario.workloads for pod in world.cluster.list_pods(w.namespace, w.selector)]
     compose_hosts = [n for n in world.scenario.nodes if n.compose]  # vLLM under Docker Compose: no pods
     assert (pods or compose_hosts) and all(p.phase == "Running" for p in pods)
     for host in compose_hosts:
@@ -280,7 +282,7 @@ def test_yaml_1_2_booleans_and_relative_times():
 
 
 def test_unknown_names_and_paths():
-    with pytest.raises(InvalidInput, match=r"no bundled scenario named 'nope' \(bundled: lingering-cuda-context, "):
+    with pytest.raises(InvalidInput, match=r"no bundled scenario named 'nope' \(bundled: canary-rollback, "):
         load_scenario("nope")
     with pytest.raises(InvalidInput, match="cannot read scenario file"):
         load_scenario("/nonexistent/scenario.yaml")

@@ -72,11 +72,11 @@ def test_a_signal_the_config_file_adds_is_known(tmp_path, monkeypatch):
 def test_a_catalog_given_by_the_caller_is_the_one_checked_against(tmp_path):
     catalog = build_catalog(profile="article")
     loaded = validation.load_playbook_text(MISSPELT.replace("waiting_reqests", "gpu_cache_hit_rate")
-                                           .replace("waiting_requets", "timeout_failures_per_min"),
+                                           .replace("waiting_requets", "gpu_cache_hit_rate"),  # the article's alone
                                            file="queue.yaml", registry=load_builtin(), catalog=catalog)
     assert loaded.ok, [p.format() for p in loaded.problems]
     plain = validation.load_playbook_text(MISSPELT.replace("waiting_reqests", "gpu_cache_hit_rate")
-                                          .replace("waiting_requets", "timeout_failures_per_min"),
+                                          .replace("waiting_requets", "gpu_cache_hit_rate"),  # the article's alone
                                           file="queue.yaml", registry=load_builtin())
     assert {p.path for p in plain.problems} == {"detect.signal", "steps[0].with.signal"}
     assert "in signal profile vllm" in plain.problems[0].message
