@@ -232,10 +232,7 @@ class SetArgParams(ServiceParams):
 
     @pydantic.model_validator(mode="after")
     def _one_change(self) -> "SetArgParams":
-        if (self.factor is None) == (self.value is None):
-            raise ValueError("give exactly one of `factor` or `value`")
-        if self.floor is not None and self.ceiling is not None and self.floor > self.ceiling:
-            raise ValueError(f"floor {self.floor:g} is above ceiling {self.ceiling:g}")
+        fields.check_flag_change(self.factor, self.value, self.floor, self.ceiling)
         return self
 
 

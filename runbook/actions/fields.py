@@ -65,3 +65,13 @@ K8sName = Annotated[str, pydantic.AfterValidator(lambda v: base.check_name(v))]
 UnixSignal = Annotated[str, pydantic.AfterValidator(_unix_signal)]
 Pattern = Annotated[str, pydantic.AfterValidator(_regex)]
 Argv = Annotated[list[str], pydantic.Field(min_length=1)]
+
+
+def check_flag_change(factor: float | None, value: float | None, floor: float | None,
+                      ceiling: float | None) -> None:
+    """A flag change (`k8s.set_arg`, `compose.set_arg`): exactly one of `factor` or `value`, and
+    bounds that leave room for a value. ValueError says which is wrong."""
+    if (factor is None) == (value is None):
+        raise ValueError("give exactly one of `factor` or `value`")
+    if floor is not None and ceiling is not None and floor > ceiling:
+        raise ValueError(f"floor {floor:g} is above ceiling {ceiling:g}")
