@@ -742,3 +742,19 @@ def _rewrite_script(script: str, occurrence: _Occurrence, after: str, flag: str,
         f"{flag} in {scan.describe(occurrence.where)} is written as {raw!r}; "
         "runbook cannot rewrite that value without touching the rest of the script"
     )
+
+
+def factor_refusal(flag: str, before: str, after: str, factor: float | None, floor: float | None,
+                   ceiling: float | None) -> tuple[str, str] | None:
+    """(guard, reason) when moving `flag` by `factor` would change nothing or move it the wrong way
+    (a clamp must never turn "lower by 10%" into a raise); None when the factor moves it."""
+    if factor is None:
+        return None
+    before_n, after_n = float(before), float(after)
+    wrong_way = (factor < 1 and after_n > before_n) or (factor > 1 and after_n < before_n)
+    if after_n != before_n and not wrong_way:
+        return None
+    limit = "floor" if factor < 1 else "ceiling"
+    bound = floor if factor < 1 else ceiling
+    return (limit, f"{flag} is {before}, already at or past its {limit} {bound:g}; moving it by ×{factor:g} is refused"
+            if bound is not None else f"{flag} is {before} and ×{factor:g} leaves it unchanged")

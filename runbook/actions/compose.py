@@ -14,7 +14,7 @@ from typing import Annotated, Literal
 import pydantic
 
 from runbook import compose_commands as commands
-from runbook import compose_file
+from runbook import compose_file, flags
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, Plan, StepContext
 from runbook.errors import CommandFailed, InvalidInput, StalePlan
@@ -250,16 +250,7 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     where = f"{p.file} on {p.node}"
     edit = compose_file.plan_compose_flag(text, p.service, p.flag, factor=p.factor, value=p.value, floor=p.floor,
                                           ceiling=p.ceiling, where=where)
-    refusal = None
-    if p.factor is not None:
-        before_n, after_n = float(edit.before), float(edit.after)
-        wrong_way = (p.factor < 1 and after_n > before_n) or (p.factor > 1 and after_n < before_n)
-        if after_n == before_n or wrong_way:
-            limit = "floor" if p.factor < 1 else "ceiling"
-            bound = p.floor if p.factor < 1 else p.ceiling
-            refusal = (limit, f"{p.flag} is {edit.before}, already at or past its {limit} {bound:g}; "
-                              f"moving it by ×{p.factor:g} is refused" if bound is not None else
-                              f"{p.flag} is {edit.before} and ×{p.factor:g} leaves it unchanged")
+    refusal = flags.factor_refusal(p.flag, edit.before, edit.after, p.factor, p.floor, p.ceiling)
     planned, written = compose_file.sha256(text), compose_file.sha256(edit.text)
     backup = f"{p.file}.runbook-{ctx.now.strftime('%Y%m%dT%H%M%SZ')}.bak"
     up = commands.up_argv(p.file, p.service)

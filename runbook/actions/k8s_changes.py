@@ -210,17 +210,7 @@ def set_arg(ctx: StepContext, p: SetArgParams) -> Plan:
     container = workload.container(p.container)
     change = flags.plan_flag_change(container.command, container.args, p.flag, factor=p.factor, value=p.value,
                                     floor=p.floor, ceiling=p.ceiling, container=p.container, env=container.env)
-    refusal = None
-    if p.factor is not None:
-        before_n, after_n = float(change.before), float(change.after)
-        # A factor moves the value one way only: clamping must never turn "lower by 10%" into a raise.
-        wrong_way = (p.factor < 1 and after_n > before_n) or (p.factor > 1 and after_n < before_n)
-        if after_n == before_n or wrong_way:
-            limit = "floor" if p.factor < 1 else "ceiling"
-            bound = p.floor if p.factor < 1 else p.ceiling
-            refusal = (limit, f"{p.flag} is {change.before}, already at or past its {limit} {bound:g}; "
-                              f"moving it by ×{p.factor:g} is refused" if bound is not None else
-                              f"{p.flag} is {change.before} and ×{p.factor:g} leaves it unchanged")
+    refusal = flags.factor_refusal(p.flag, change.before, change.after, p.factor, p.floor, p.ceiling)
     synced = gitops.owners(workload.labels, workload.annotations)
     if synced and refusal is None and p.gitops == "refuse":
         owner = synced[0]
