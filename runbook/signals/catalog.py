@@ -8,13 +8,17 @@ Template language: `{labels}` becomes the caller's label matchers (`namespace="l
 `{by}` the grouping labels (`pod,`, for an inner `sum by ({by}le)`), and `{param}` a declared
 param's checked value; a `value` param may also be filled by a caller's label of that name,
 which then stays out of `{labels}`. The result is `<aggregate> by (<by>) (<expr>)`, with
-playbook label names mapped to the metric's own (`node` → `Hostname`) and back.
+playbook label names mapped to the metric's own (`node` → `Hostname`) and back. Where a metric
+carries a playbook label only inside another label's value (Envoy Gateway names the namespace in
+`envoy_cluster_name="httproute/<namespace>/…"`), a signal's `label_patterns` turns the label into a
+regex matcher on that one, its value checked and escaped, and reads it back for `by`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.resources
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +31,8 @@ from runbook.signals import promql
 DEFAULT_PROFILE = "vllm"
 SOURCE_LABEL = "runbook_source"  # carries each present source's metric name in a source query
 RESERVED = ("labels", "by")
+VALUE = "{value}"  # where a label_patterns regex takes the playbook label's value
+CAPTURE = "runbook_value"  # the named group that reads the value back out for `by`
 ParamKind = Literal["duration", "matchers", "value", "number"]
 Aggregate = Literal["sum", "max", "min", "avg"]
 
@@ -40,6 +46,50 @@ def _check_label_map(value: dict[str, str]) -> dict[str, str]:
         promql.check_label_name(ours)
         promql.check_label_name(theirs)
     return value
+
+
+class LabelPattern(_Strict):
+    """A playbook label the metric carries inside another label's value: `regex` (RE2, anchored as
+    Prometheus anchors matchers) holds {value} once, where the checked, escaped value goes."""
+
+    label: str
+    regex: str
+
+    @pydantic.field_validator("label")
+    @classmethod
+    def _label(cls, value: str) -> str:
+        return promql.check_label_name(value)
+
+    @pydantic.field_validator("regex")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        if value.count(VALUE) != 1:
+            raise ValueError(f"regex {value!r} must hold {VALUE} exactly once, where the label's value goes, "
+                             f"e.g. 'httproute/{VALUE}/.+'")
+        if "\n" in value:
+            raise ValueError(f"regex {value!r} must be one line")
+        try:  # Python's re as a first check of the RE2 that Prometheus runs (it reports the rest itself)
+            re.compile(value.replace(VALUE, "(?P<%s>.+?)" % CAPTURE))
+        except re.error as exc:
+            raise ValueError(f"regex {value!r} is not a regular expression: {exc}") from None
+        return value
+
+    def matching(self, name: str, value: object) -> str:
+        """The regex that matches the value `value` of the playbook label `name` (ValueError if unfit)."""
+        return self.regex.replace(VALUE, promql.regex_literal(name, value))
+
+    def any_value(self) -> str:
+        return self.regex.replace(VALUE, ".+")
+
+    def capture(self) -> str:
+        return self.regex.replace(VALUE, f"(?P<{CAPTURE}>.+?)")
+
+
+def _check_label_patterns(labels: Mapping[str, str], patterns: Mapping[str, LabelPattern]) -> None:
+    for ours in patterns:
+        promql.check_label_name(ours)
+        if ours in labels:
+            raise ValueError(f"both `labels` and `label_patterns` map {ours}; keep one")
 
 
 class Param(_Strict):
@@ -69,6 +119,9 @@ class SignalSpec(_Strict):
     aggregate: Aggregate
     expr: str = pydantic.Field(min_length=1)
     labels: dict[str, str] = {}  # playbook label -> the metric's label, e.g. {node: Hostname}
+    # playbook label -> a regex on the metric's label that names it, e.g. {namespace: {label: envoy_cluster_name,
+    # regex: 'httproute/{value}/.+'}}
+    label_patterns: dict[str, LabelPattern] = {}
     # metric -> who exports it: the series whose presence means the signal gives a reading (0 included).
     # Where none of them has a series, the signal has no source here, and reads nothing (never 0).
     sources: dict[str, str] = {}
@@ -82,6 +135,11 @@ class SignalSpec(_Strict):
     @classmethod
     def _sources(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_sources(value)
+
+    @pydantic.model_validator(mode="after")
+    def _one_mapping_per_label(self) -> "SignalSpec":
+        _check_label_patterns(self.labels, self.label_patterns)
+        return self
 
     @pydantic.model_validator(mode="after")
     def _sources_are_read(self) -> "SignalSpec":
@@ -124,6 +182,7 @@ class SignalOverride(_Strict):
     aggregate: Aggregate | None = None
     expr: str | None = pydantic.Field(None, min_length=1)
     labels: dict[str, str] | None = None
+    label_patterns: dict[str, LabelPattern] | None = None
     sources: dict[str, str] | None = None  # default: the profile's sources that the expression still reads
 
     @pydantic.model_validator(mode="before")
@@ -192,11 +251,27 @@ class Signal:
     labels: Mapping[str, str]
     origin: str  # "profile vllm", "config file"
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # metric -> who exports it
+    label_patterns: Mapping[str, LabelPattern] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "help": self.help, "unit": self.unit, "aggregate": self.aggregate,
                 "expr": self.expr, "labels": dict(self.labels), "origin": self.origin,
-                "sources": dict(self.sources)}
+                "sources": dict(self.sources),
+                "label_patterns": {k: p.model_dump() for k, p in self.label_patterns.items()}}
+
+    def matchers(self, checked: Mapping[str, str], grouped: Sequence[str] = ()) -> str:
+        """`{labels}`: the checked playbook labels as the metric's matchers; a label of `label_patterns`
+        is a regex matcher on the label that names it, and one only grouped by keeps to the series
+        that name some value (the others belong to none)."""
+        plain = {self.labels.get(k, k): v for k, v in checked.items() if k not in self.label_patterns}
+        regexes = [(p.label, p.matching(k, checked[k])) for k, p in self.label_patterns.items() if k in checked]
+        regexes += [(p.label, p.any_value()) for k, p in self.label_patterns.items()
+                    if k in grouped and k not in checked]
+        return promql.matchers(plain) + "".join(f"{name}=~{promql.quote(rx)}," for name, rx in regexes)
+
+    def metric_label(self, ours: str) -> str:
+        pattern = self.label_patterns.get(ours)
+        return pattern.label if pattern is not None else self.labels.get(ours, ours)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,12 +317,18 @@ class Catalog:
                 also = f", or pass the label {placeholder}" if param.kind == "value" else ""
                 raise InvalidInput(f"signal {name} needs the param `{placeholder}`: set it under "
                                    f"`signals: params:` in the config file{also}")
-        values["labels"] = promql.matchers({signal.labels.get(k, k): v for k, v in checked.items()})
-        values["by"] = promql.grouping(signal.labels.get(b, b) for b in by)
+        try:
+            values["labels"] = signal.matchers(checked, by)
+        except ValueError as exc:
+            raise InvalidInput(f"signal {name}: {exc}") from None
+        values["by"] = promql.grouping(dict.fromkeys(signal.metric_label(b) for b in by))
         inner = promql.substitute(signal.expr, values)
         for b in by:
-            theirs = signal.labels.get(b, b)
-            if theirs != b:  # results speak the playbooks' label names
+            theirs = signal.metric_label(b)
+            if b in signal.label_patterns:  # read back out of the label that names it
+                regex = promql.quote(signal.label_patterns[b].capture())
+                inner = f'label_replace({inner}, "{b}", "${{{CAPTURE}}}", "{theirs}", {regex})'
+            elif theirs != b:  # results speak the playbooks' label names
                 inner = f'label_replace({inner}, "{b}", "$1", "{theirs}", "(.*)")'
         if not by:
             return promql.tidy(f"{signal.aggregate}({inner})")
@@ -260,11 +341,11 @@ class Catalog:
         if not signal.sources:
             return None
         try:
-            checked = {signal.labels.get(k, k): promql.check_label_value(k, v)
-                       for k, v in labels.items() if promql.check_label_name(k)}
+            checked = {k: promql.check_label_value(k, v) for k, v in labels.items() if promql.check_label_name(k)}
+            matchers = signal.matchers(checked)
         except ValueError as exc:
             raise InvalidInput(f"signal {name}: {exc}") from None
-        selector = f'{{__name__=~"{"|".join(sorted(signal.sources))}",{promql.matchers(checked)}}}'
+        selector = f'{{__name__=~"{"|".join(sorted(signal.sources))}",{matchers}}}'
         return promql.tidy(f'count by ({SOURCE_LABEL}) (label_replace({selector}, "{SOURCE_LABEL}", "$1", '
                            f'"__name__", "(.+)"))')
 
@@ -395,7 +476,8 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
     for key, override in section.overrides.items():
         if key in specs:
             base, _, _ = specs[key]
-            merged = base.model_copy(update={k: v for k, v in override.model_dump().items() if v is not None})
+            # dict(override): the given fields as they are (a label_patterns entry stays a LabelPattern)
+            merged = base.model_copy(update={k: v for k, v in dict(override).items() if v is not None})
             if override.sources is None:  # a new expression keeps only the sources it still reads
                 merged = merged.model_copy(update={"sources": {m: who for m, who in base.sources.items()
                                                                if promql.reads_metric(merged.expr, m)}})
@@ -425,6 +507,7 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
                        did_you_mean(placeholder, [*params, *RESERVED]))
     if problems:
         _raise("the signal catalog is invalid", problems)
-    signals = {k: Signal(k, s.help, s.unit, s.aggregate, s.expr, dict(s.labels), origin, dict(s.sources))
+    signals = {k: Signal(k, s.help, s.unit, s.aggregate, s.expr, dict(s.labels), origin, dict(s.sources),
+                         dict(s.label_patterns))
                for k, (s, origin, _) in sorted(specs.items())}
     return Catalog(name, dict(params), values, signals)

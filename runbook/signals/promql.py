@@ -45,6 +45,12 @@ def quote(value: str) -> str:
     return json.dumps(value)
 
 
+def regex_literal(name: str, value: object) -> str:
+    """A checked label value as an RE2 pattern matching exactly it: of the characters a value may
+    hold, only `.` and `+` mean something in a regular expression, so those are escaped."""
+    return re.sub(r"([.+])", r"\\\1", check_label_value(name, value))
+
+
 def matchers(labels: Mapping[str, str]) -> str:
     """`a="x",b="y",` — each matcher followed by a comma, which PromQL accepts before `}`."""
     return "".join(f"{check_label_name(k)}={quote(check_label_value(k, v))}," for k, v in labels.items())
