@@ -72,7 +72,7 @@ def test_item6_serve_refuses_to_start_without_the_world_its_playbooks_need(nothi
     assert result.stdout == ""
     assert result.stderr == (
         "Error: runbook serve would accept alerts it cannot run; not configured:\n"
-        "  - a Kubernetes cluster, for playbooks canary-rollback, disconnect-storm, oom-surge, prompt-truncation, "
+        "  - a Kubernetes cluster, for playbooks canary-rollback, disconnect-storm, latency-creep, oom-surge, prompt-truncation, "
         "waiting-queue, zombie-process: "
         "pass --kubeconfig FILE (and --context NAME when it holds several), set KUBECONFIG, or pass --in-cluster "
         "inside a pod (or the config file's kubernetes: section)\n"

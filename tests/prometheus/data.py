@@ -48,6 +48,7 @@ class Line:
     start: float = 0.0  # a counter's value when it first appears
     requests_per_sec: float = 2.0  # for `hist`: observations per second
     buckets: tuple[float, ...] = BUCKETS  # for `hist`: the upper bounds of its buckets
+    history: bool = False  # also scraped creep_window (6h) before each window: latency-creep's P99 then
 
 
 def _value(points: Points, r: float) -> float | None:
@@ -254,17 +255,30 @@ def _stock_vllm() -> Scenario:
     return Scenario("stock-vllm", _utc(2026, 3, 26, 11, 0), frozenset({"zombie-process"}), pods, tuple(lines))
 
 
-SCENARIOS: dict[str, Scenario] = {s.name: s for s in (_oom_surge(), _waiting_queue(), _zombie_process(),
-                                                      _lingering_cuda_context())}
+def _with_latency_history(scenario: Scenario) -> Scenario:
+    """vLLM's end-to-end latency histogram (one pod's, a steady p99 of 2 s), scraped six hours before each
+    window too: latency-creep's P99 now against the P99 then reads 1, quiet, in every incident."""
+    pod = scenario.pods[0][0]
+    line = Line("vllm:e2e_request_latency_seconds", _vllm(pod, scenario.namespace), "hist", [(-2 * DAY, 2.0)],
+                buckets=(1.0, 2.5, 5.0, 20.0), history=True)
+    return dataclasses.replace(scenario, series=(*scenario.series, line))
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: _with_latency_history(s) for s in (_oom_surge(), _waiting_queue(),
+                                                                           _zombie_process(), _lingering_cuda_context())}
 # Not an SOP incident (no playbook comes out on top for its own name): what a plain vLLM exports.
-STOCK_VLLM = _stock_vllm()
+STOCK_VLLM = _with_latency_history(_stock_vllm())
 # Enough history for triage's one-hour look-back and the 5-minute latency windows an hour ago,
 # and for the same time yesterday.
 WINDOWS = ((-65 * 60, 2 * 60), (-DAY - 70 * 60, -DAY + 60))
+CREEP = 6 * 3600  # the vllm profile's creep_window: e2e_latency_p99_vs_earlier reads the P99 this long before
+# A `history` line's windows, in time order (its histogram only grows): each one also creep_window earlier,
+# 5 minutes longer for the rate() window there.
+HISTORY_WINDOWS = tuple(sorted([*WINDOWS, *((lo - CREEP - 5 * 60, hi - CREEP) for lo, hi in WINDOWS)]))
 
 
-def _grid() -> Iterable[float]:
-    for lo, hi in WINDOWS:
+def _grid(history: bool = False) -> Iterable[float]:
+    for lo, hi in HISTORY_WINDOWS if history else WINDOWS:
         yield from range(lo, hi + 1, STEP)
 
 
@@ -291,7 +305,7 @@ def _samples(line: Line, at: float) -> Iterable[tuple[str, dict[str, str], float
     total = line.start
     hist: list[float] | None = None
     hist_sum = 0.0
-    for r in _grid():
+    for r in _grid(line.history):
         value = _value(line.points, r)
         if value is None:
             continue

@@ -79,7 +79,7 @@ def test_range_queries_give_timed_points(prom):
 def test_no_data_is_an_empty_answer_not_an_error(prom):
     assert prom.query("waiting_requests", at=QUEUE.at, labels={"namespace": "nowhere"}) == []
     # A quantile of no requests is NaN: no value, rather than a number.
-    assert prom.query("e2e_latency_p99_seconds", at=QUEUE.at, labels=LLM) == []
+    assert prom.query("queue_time_p99_seconds", at=QUEUE.at, labels=LLM) == []  # a histogram this data lacks
 
 
 def test_bad_promql_shows_the_servers_message_and_the_query(prom):

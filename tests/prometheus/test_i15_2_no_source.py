@@ -40,7 +40,7 @@ def test_a_quiet_plain_vllm_is_no_source_never_blind_never_quiet(prometheus):
     assert "DCGM_FI_DEV_FB_USED" in missing["lingering-cuda-context"]["missing_sources"]
     # 503s are read from vLLM's own HTTP metrics where no gateway metric exists: 0, and truly so.
     quiet = {q["playbook"]: q for q in doc["quiet"]}
-    assert set(quiet) == {"waiting-queue", "zombie-process", "disconnect-storm", "prompt-truncation"}
+    assert set(quiet) == {"waiting-queue", "zombie-process", "disconnect-storm", "prompt-truncation", "latency-creep"}
     assert quiet["zombie-process"]["value"] == 0
 
 

@@ -53,7 +53,8 @@ def test_the_same_time_the_day_before_is_quiet(prometheus, name):
     code, doc = triage_json(prometheus.url, "--at", SCENARIOS[name].quiet_at.isoformat())
     assert (code, doc["firing"], doc["unknown"], doc["top"]) == (0, [], [], None)
     assert {q["playbook"] for q in doc["quiet"]} == {"lingering-cuda-context", "oom-surge", "waiting-queue",
-                                                     "zombie-process", "disconnect-storm", "prompt-truncation"}
+                                                     "zombie-process", "disconnect-storm", "prompt-truncation",
+                                                     "latency-creep"}
     # No canary serves and no Compose host is scraped in this cluster: those playbooks do not apply.
     assert {a["playbook"] for a in doc["not_applicable"]} == {"canary-rollback", "oom-surge-compose",
                                                               "zombie-process-compose"}
