@@ -37,6 +37,14 @@ def test_output_split_over_many_messages_is_reassembled(k8s, cluster):
     assert cluster.exec("llm", "vllm-server-0", "vllm", ["cat", "/proc/net/tcp"], timeout=10).stdout == text
 
 
+def test_a_character_split_across_two_messages_stays_whole(k8s, cluster):
+    # nvidia-smi prints "°C" and product names in UTF-8; the kubelet cuts its frames by bytes.
+    text = "GPU 0: 45 °C\n" * 3
+    k8s.kubelet.script(["nvidia-smi"], ExecAnswer(stdout=text, chunk=11))  # the 11th byte is inside "°"
+    assert text.encode()[10:12] == "°".encode()
+    assert cluster.exec("llm", "vllm-server-0", "vllm", ["nvidia-smi"], timeout=10).stdout == text
+
+
 def test_a_missing_binary_is_an_error_not_an_exit_code(k8s, cluster):
     with pytest.raises(CommandFailed, match='could not run.*executable file not found'):
         cluster.exec("llm", "vllm-server-0", "vllm", ["nvidia-smi"], timeout=10)

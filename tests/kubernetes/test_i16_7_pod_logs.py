@@ -17,7 +17,7 @@ def test_the_previous_container_holds_the_oom_and_the_current_one_does_not(k8s, 
     at = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=90)
     k8s.kubelet.log("llm", "vllm-server-1", "vllm", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
                     at=at)
-    k8s.kubelet.restart("llm", "vllm-server-1", "vllm")
+    k8s.restart_container("llm", "vllm-server-1", "vllm", reason="Error", exit_code=1)
     k8s.kubelet.log("llm", "vllm-server-1", "vllm", "INFO:     Started server process [1]")
     current = {log.pod: log for log in cluster.logs("llm", {"app": "vllm-server"}, since_seconds=600, timestamps=True)}
     previous = {log.pod: log for log in cluster.logs("llm", {"app": "vllm-server"}, since_seconds=600,
@@ -45,3 +45,15 @@ def test_the_api_server_answers_log_requests_as_the_real_one(k8s, cluster):
         cluster.api.call("read", core.read_namespaced_pod_log, "vllm-server-0", "llm", container="nope", max_bytes=100)
     seen = [s for s in k8s.seen if s.path.endswith("/log")]
     assert {s.code for s in seen} == {404, 400, 422}
+
+
+def test_a_previous_log_is_asked_only_of_pods_whose_status_shows_a_restart(k8s, cluster):
+    # Issue 17: a fleet's never-restarted pods cost no round trip for the previous log the API would refuse.
+    k8s.kubelet.log("llm", "vllm-server-2", "vllm", "torch.OutOfMemoryError: CUDA out of memory")
+    k8s.restart_container("llm", "vllm-server-2", "vllm", reason="Error", exit_code=1)
+    before = len([s for s in k8s.seen if s.resource == "pods/log"])
+    previous = {log.pod: log for log in cluster.logs("llm", {"app": "vllm-server"}, since_seconds=600, previous=True)}
+    asked = [s.name for s in k8s.seen if s.resource == "pods/log"][before:]
+    assert asked == ["vllm-server-2"]
+    assert previous["vllm-server-0"].absent and previous["vllm-server-1"].absent
+    assert "OutOfMemoryError" in previous["vllm-server-2"].text

@@ -1,7 +1,8 @@
 """Pod logs on the official client: the current or the previous container's, bounded in time and bytes.
 
 A pod whose container never restarted has no previous log: the API says 400 "previous terminated
-container ... not found", which is an answer (nothing to read), not a failure of the read.
+container ... not found", which is an answer (nothing to read), not a failure of the read. Where
+the pod's status already says so (restart count 0, no last termination) the read is not made.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ def _no_previous(exc: InvalidInput) -> bool:
     return failure is not None and failure.status == 400 and "previous terminated container" in failure.message
 
 
+def _never_restarted(pod: Pod, container: str | None) -> bool:
+    """The listed status shows no container before the running one (so no previous log to read)."""
+    statuses = [c for c in pod.containers if container is None or c.name == container]
+    if not statuses or (container is None and len(statuses) > 1):
+        return False  # not reported yet, or the API picks the container: ask it
+    return all(c.restart_count == 0 and c.last_termination_reason is None for c in statuses)
+
+
 def read_pod_logs(api: KubeApi, namespace: str, pods: Sequence[Pod], *, since_seconds: int, cap: int,
                   tail_lines: int | None, limit_bytes: int | None, container: str | None,
                   previous: bool, timestamps: bool) -> list[PodLog]:
@@ -30,6 +39,8 @@ def read_pod_logs(api: KubeApi, namespace: str, pods: Sequence[Pod], *, since_se
     def read(pod: Pod) -> PodLog:
         if pod.phase == "Pending" and not previous:
             return PodLog(pod.name, "")  # no container has started: nothing was logged yet
+        if previous and _never_restarted(pod, container):
+            return PodLog(pod.name, "", absent=True)  # what the API's 400 would have said, one round trip sooner
         which = "previous log" if previous else "log"
         try:
             data = api.call(f"read the {which} of {namespace}/{pod.name}", api.core.read_namespaced_pod_log,

@@ -1,9 +1,10 @@
 """Exec in a container over the WebSocket channel protocol, with a hard deadline.
 
-The official client's `stream()` swaps its ApiClient's transport while it runs, so each exec gets an
-ApiClient of its own, and runs in a worker thread that the deadline can abandon (a hung handshake
-has no timeout of its own). No exit status on the error channel means the answer is incomplete:
-that is an error, never output passed off as complete.
+Each exec is one WebSocket (websocket-client) on one TLS context built once from the client's
+configuration, with the same headers, proxy and TLS settings as the official client's `stream()`;
+it runs in a worker thread that the deadline can abandon (a hung handshake has no timeout of its
+own). No exit status on the error channel means the answer is incomplete: that is an error, never
+output passed off as complete.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import re
+import ssl
 import threading
 import time
 from collections.abc import Sequence
@@ -24,6 +26,9 @@ MAX_OUTPUT = 4 * 1024 * 1024  # characters kept per stream; the rest is counted 
 GRACE = 0.5  # seconds past the deadline for the worker to notice it and hang up
 # The API server's 400 for a container the pod does not have (not one that is only not running yet).
 _NO_SUCH_CONTAINER = re.compile(r"^container \S+ is not valid for pod ")
+# What the official client offers: v5 adds a close signal for stdin (unused here); output reads the same.
+CHANNEL_PROTOCOLS = "v5.channel.k8s.io,v4.channel.k8s.io"
+STDOUT, STDERR, STATUS = 1, 2, 3
 
 
 @dataclasses.dataclass
@@ -34,22 +39,53 @@ class _Run:
     truncated: bool = False
     status: str = ""
     socket: Any = None
+    connected: bool = False  # the upgrade was answered: a later failure is a broken stream, not an unreachable server
     timed_out: bool = False
     error: BaseException | None = None
+    status_bytes: list[bytes] = dataclasses.field(default_factory=list)
 
-    def keep(self, index: int, text: str) -> None:
-        if not text:
+    def keep(self, index: int, data: bytes) -> None:
+        if not data:
             return
         room = MAX_OUTPUT - self.sizes[index]
-        if room < len(text):
+        if room < len(data):
             self.truncated = True
-            text = text[:max(room, 0)]
-        (self.stdout if index == 0 else self.stderr).append(text)
-        self.sizes[index] += len(text)
+            data = data[:max(room, 0)]
+        (self.stdout if index == 0 else self.stderr).append(data)
+        self.sizes[index] += len(data)
+
+    def frame(self, data: bytes) -> None:
+        """One channel frame: its first byte names the channel (1 stdout, 2 stderr, 3 status)."""
+        if len(data) < 2:
+            return  # the server's empty frame opening each channel
+        channel, payload = data[0], data[1:]
+        if channel == STDOUT:
+            self.keep(0, payload)
+        elif channel == STDERR:
+            self.keep(1, payload)
+        elif channel == STATUS:
+            self.status_bytes.append(payload[:65536])
+
+    @staticmethod
+    def text(parts: list[bytes]) -> str:
+        # Decoded once, at the end: a character split across two frames stays whole.
+        return b"".join(parts).decode("utf-8", errors="replace")
 
 
 def _handshake(exc: BaseException) -> tuple[int | None, str]:
-    """(HTTP status, message) of a refused WebSocket upgrade, from the client's error text."""
+    """(HTTP status, message) of a refused WebSocket upgrade, from the error or its text."""
+    code = getattr(exc, "status_code", None)
+    if isinstance(code, int):
+        message = ""
+        body = getattr(exc, "resp_body", None)
+        if body:
+            import json
+
+            try:
+                message = json.loads(body.decode("utf-8", "replace") if isinstance(body, bytes) else body).get("message", "")
+            except (ValueError, AttributeError):
+                message = ""
+        return code, message or re.sub(r"\s+", " ", str(exc))[:300]
     text = str(getattr(exc, "reason", "") or exc)
     status = re.search(r"Handshake status (\d{3})", text)
     message = ""
@@ -68,37 +104,83 @@ def _handshake(exc: BaseException) -> tuple[int | None, str]:
 
 
 def _hang_up(socket: Any) -> None:
-    """Close the exec WebSocket and its TCP connection.
+    """Drop the exec WebSocket's connection at once.
 
-    After the server's close frame, websocket-client's `close()` returns early without closing the
-    socket, so the connection is shut down explicitly too.
+    Not a closing handshake: after the server's close frame (answered when it was read) there is
+    nothing left to say, and a deadline's hang-up must not wait for a server that is not answering.
     """
     try:
-        socket.close()
+        socket.shutdown()
     except Exception:  # noqa: BLE001 - the connection may already be gone
         pass
-    connection = getattr(socket, "sock", None)
-    if connection is not None:
-        connection.shutdown()
 
 
 class Executor:
-    """Runs each exec on an ApiClient of its own, so concurrent execs (one step fans out over
-    pods) and REST calls never share the client whose transport `stream()` swaps."""
+    """Runs each exec on a WebSocket of its own (concurrent execs of one step's fan-out never share
+    one), all on one TLS context: building a context and loading its CA per exec cost more CPU than
+    the exec's own frames."""
 
     def __init__(self, configuration: Any, *, host: str):
         self._configuration = configuration
         self._host = host
+        self._tls: ssl.SSLContext | None = None
+        self._tls_lock = threading.Lock()
+
+    def _context(self) -> ssl.SSLContext:
+        """The TLS settings the official client's `stream()` would use, as one context."""
+        with self._tls_lock:
+            if self._tls is None:
+                conf = self._configuration
+                if conf.verify_ssl:
+                    import certifi
+
+                    context = ssl.create_default_context(cafile=conf.ssl_ca_cert or certifi.where())
+                    if conf.assert_hostname is not None:
+                        context.check_hostname = bool(conf.assert_hostname)
+                else:
+                    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+                    context.check_hostname = False
+                    context.verify_mode = ssl.CERT_NONE
+                if conf.cert_file:
+                    context.load_cert_chain(conf.cert_file, conf.key_file)
+                self._tls = context
+            return self._tls
+
+    def _connect_options(self, url: str, timeout: float) -> dict[str, Any]:
+        from kubernetes.stream.ws_client import websocket_proxycare
+
+        conf = self._configuration
+        # Read per exec: the kubeconfig's refresh hook renews an expiring token (an exec plugin's).
+        header = [f"{auth['key']}: {auth['value']}" for auth in conf.auth_settings().values()
+                  if auth.get("in") == "header" and auth.get("value")]
+        header.append(f"sec-websocket-protocol: {CHANNEL_PROTOCOLS}")
+        options: dict[str, Any] = {"header": header, "timeout": timeout}
+        if conf.proxy or conf.proxy_headers:
+            options = websocket_proxycare(options, conf, url, None)
+        return options
+
+    def _tls_options(self) -> dict[str, Any]:
+        sslopt: dict[str, Any] = {"context": self._context()}
+        if self._configuration.tls_server_name:
+            sslopt["server_hostname"] = self._configuration.tls_server_name
+        return sslopt
+
+    def _url(self, namespace: str, pod: str, container: str, argv: list[str]) -> str:
+        from urllib.parse import quote, urlencode
+
+        from kubernetes.stream.ws_client import get_websocket_url
+
+        query = [("command", arg) for arg in argv] + [("container", container), ("stderr", "true"),
+                                                      ("stdin", "false"), ("stdout", "true"), ("tty", "false")]
+        path = f"/api/v1/namespaces/{quote(namespace, safe='')}/pods/{quote(pod, safe='')}/exec"
+        return get_websocket_url(self._host.rstrip("/") + path + "?" + urlencode(query))
 
     def run(self, namespace: str, pod: str, container: str, argv: Sequence[str], *, timeout: float) -> CommandResult:
-        from kubernetes import client
-
         where = f"{namespace}/{pod}/{container}"
         run = _Run()
-        api_client = client.ApiClient(self._configuration)
         deadline = time.monotonic() + timeout
-        worker = threading.Thread(target=self._stream, args=(api_client, namespace, pod, container, list(argv), deadline,
-                                                             run), name=f"exec {where}", daemon=True)
+        worker = threading.Thread(target=self._stream, args=(namespace, pod, container, list(argv), deadline, run),
+                                  name=f"exec {where}", daemon=True)
         worker.start()
         worker.join(timeout + GRACE)
         if worker.is_alive():
@@ -108,38 +190,41 @@ class Executor:
                 _hang_up(run.socket)
         return self._result(run, where, " ".join(argv), timeout)
 
-    def _stream(self, api_client: Any, namespace: str, pod: str, container: str, argv: list[str], deadline: float,
-                run: _Run) -> None:
-        from kubernetes import client
-        from kubernetes.stream import stream
+    def _stream(self, namespace: str, pod: str, container: str, argv: list[str], deadline: float, run: _Run) -> None:
+        import websocket
 
         socket = None
         try:
-            socket = stream(client.CoreV1Api(api_client).connect_get_namespaced_pod_exec, pod, namespace,
-                            command=argv, container=container, stdin=False, stdout=True, stderr=True, tty=False,
-                            _preload_content=False)
+            url = self._url(namespace, pod, container, argv)
+            socket = websocket.WebSocket(sslopt=self._tls_options(), skip_utf8_validation=True)
             run.socket = socket
-            while socket.is_open():
+            socket.connect(url, **self._connect_options(url, max(deadline - time.monotonic(), 0.001)))
+            run.connected = True
+            while socket.connected:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     run.timed_out = True
                     break
-                socket.update(timeout=min(left, 0.5))
-                self._drain(socket, run)
-            self._drain(socket, run)
+                socket.settimeout(min(left, 0.5))
+                try:
+                    opcode, data = socket.recv_data(control_frame=True)
+                except websocket.WebSocketTimeoutException:
+                    continue
+                except websocket.WebSocketConnectionClosedException:
+                    break
+                if opcode == websocket.ABNF.OPCODE_CLOSE:
+                    break
+                if opcode in (websocket.ABNF.OPCODE_BINARY, websocket.ABNF.OPCODE_TEXT):
+                    run.frame(data if isinstance(data, bytes) else str(data).encode())
         except BaseException as exc:  # noqa: BLE001 - reported to the caller's thread
-            run.error = exc
+            if isinstance(exc, websocket.WebSocketTimeoutException):
+                run.timed_out = True  # raised by reads only: connected, and the upgrade's answer did not come in time
+            else:
+                run.error = exc
         finally:
+            run.status = _Run.text(run.status_bytes)
             if socket is not None:
                 _hang_up(socket)
-            api_client.close()
-
-    @staticmethod
-    def _drain(socket: Any, run: _Run) -> None:
-        run.keep(0, socket.read_channel(1))
-        run.keep(1, socket.read_channel(2))
-        run.status += socket.read_channel(3)
-        socket.read_all()  # the client's interleaved copy of stdout+stderr: already taken above
 
     def _result(self, run: _Run, where: str, shown: str, timeout: float) -> CommandResult:
         if run.timed_out:
@@ -147,14 +232,14 @@ class Executor:
             raise CommandFailed(f"`{shown}` in {where} did not finish within {timeout:g}s (a hung process or GPU?); "
                                 f"its partial output ({got} characters) is not used")
         if run.error is not None:
-            raise self._error(run.error, where, shown, connected=run.socket is not None) from None
+            raise self._error(run.error, where, shown, connected=run.connected) from None
         if not run.status:
             raise CommandFailed(f"the exec stream of `{shown}` in {where} closed before the command's exit status "
                                 "arrived (dropped connection?); its output may be incomplete and is not used")
         code, why = exit_status(run.status)
         if code is None:
             raise CommandFailed(f"`{shown}` could not run in {where}: {why}")
-        return CommandResult("".join(run.stdout), "".join(run.stderr), code, run.truncated)
+        return CommandResult(_Run.text(run.stdout), _Run.text(run.stderr), code, run.truncated)
 
     def _error(self, exc: BaseException, where: str, shown: str, *, connected: bool) -> RunbookError:
         status, message = _handshake(exc)

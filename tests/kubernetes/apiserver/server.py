@@ -7,6 +7,7 @@ reaches it only through a kubeconfig, the official client or kubectl, as runbook
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import contextlib
 import copy
 import socket
@@ -166,6 +167,19 @@ class ApiServer:
             self.state.store.put_status(res, namespace, name, status)
             self.state.controllers.reconcile()
             return self.state.store.get(res, namespace, name)
+
+    def restart_container(self, namespace: str, name: str, container: str, *, reason: str = "Error",
+                          exit_code: int = 1) -> dict:
+        """The container crashed and started again, as a kubelet reports it: its log becomes the
+        previous one, its restart count goes up, its last state says how it ended."""
+        self.kubelet.restart(namespace, name, container)
+        with self.state.store.lock:
+            old = self.state.store.get(BY_KIND["Pod"], namespace, name).get("status", {})
+        counts = {c["name"]: c.get("restartCount", 0) for c in old.get("containerStatuses", [])}
+        counts[container] = counts.get(container, 0) + 1
+        finished = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return self.set_pod(namespace, name, restarts=counts, last_terminated={
+            container: {"reason": reason, "exitCode": exit_code, "finishedAt": finished}})
 
     def start_unready(self, namespace: str, name: str) -> None:
         """The pod of this name, whenever (re)created, starts not ready."""
