@@ -58,7 +58,8 @@ def _pod_name(raw: Any) -> str | None:
         return None
 
 
-def _read_blocks(blocks: Mapping[str, Any], unknown: dict[str, str]) -> tuple[dict[str, dict], str | None]:
+def _read_blocks(blocks: Mapping[str, Any], unknown: dict[str, str],
+                 ignored: list[str]) -> tuple[dict[str, dict], str | None]:
     """pod → {num_gpu_blocks, block_size, gpu_memory_utilization, kv_tokens}; and why none could be read."""
     samples = blocks.get("samples")
     if not isinstance(samples, list):
@@ -72,8 +73,9 @@ def _read_blocks(blocks: Mapping[str, Any], unknown: dict[str, str]) -> tuple[di
         if not isinstance(labels, Mapping):
             continue
         pod = _pod_name(labels.get("pod"))
-        if pod is None:
-            continue  # a series of no pod we can name: never a name put in a later step
+        if pod is None:  # a series of no pod we can name: never a name put in a later step
+            ignored.append("a vllm:cache_config_info series")
+            continue
         seen[pod] = seen.get(pod, 0) + 1
         try:
             count = _number(labels.get("num_gpu_blocks"), "num_gpu_blocks", low=1, high=MAX_BLOCKS, whole=True)
@@ -91,7 +93,8 @@ def _read_blocks(blocks: Mapping[str, Any], unknown: dict[str, str]) -> tuple[di
     return found, None
 
 
-def _read_memory(memory: Mapping[str, Any], unknown: dict[str, str]) -> tuple[dict[str, list[dict]], str | None]:
+def _read_memory(memory: Mapping[str, Any], unknown: dict[str, str],
+                 ignored: list[str]) -> tuple[dict[str, list[dict]], str | None]:
     """pod → its GPUs [{total_mib, used_mib}]; and why none could be read."""
     answers, errors = memory.get("answers"), memory.get("errors")
     if not isinstance(answers, Mapping) and not isinstance(errors, Mapping):
@@ -100,10 +103,15 @@ def _read_memory(memory: Mapping[str, Any], unknown: dict[str, str]) -> tuple[di
         name = _pod_name(pod)
         if name is not None:
             unknown[name] = f"no answer from nvidia-smi: {str(why)[:200]}"
+        else:
+            ignored.append("a pod with no answer from nvidia-smi")
     found: dict[str, list[dict]] = {}
     for pod, answer in list((answers or {}).items())[:MAX_PODS] if isinstance(answers, Mapping) else ():
         name = _pod_name(pod)
-        if name is None or name in unknown:
+        if name is None:
+            ignored.append("an nvidia-smi answer")
+            continue
+        if name in unknown:
             continue
         parsed = answer.get("parsed") if isinstance(answer, Mapping) else None
         gpus = parsed.get("gpus") if isinstance(parsed, Mapping) else None
@@ -163,8 +171,9 @@ def kv_memory(ctx: StepContext, p: KvMemoryParams) -> ActionResult:
     instead), `unknown` (pod → why it was not compared: never read as healthy) and `pods`.
     """
     unknown: dict[str, str] = {}
-    configs, blocks_missing = _read_blocks(p.blocks, unknown)
-    gpus, memory_missing = _read_memory(p.memory, unknown)
+    ignored: list[str] = []  # what names no pod (a label that is not a pod's name): said, never acted on
+    configs, blocks_missing = _read_blocks(p.blocks, unknown, ignored)
+    gpus, memory_missing = _read_memory(p.memory, unknown, ignored)
     for pod in sorted(set(gpus) - set(configs)):
         if pod not in unknown:
             unknown[pod] = "no vllm:cache_config_info for it: its budget is not known"
@@ -179,7 +188,7 @@ def kv_memory(ctx: StepContext, p: KvMemoryParams) -> ActionResult:
         row["short_blocks"] = len(configs) > 1 and row["kv_tokens"] < p.short_blocks_below * largest
     over = [pod for pod, row in rows.items() if row["over_budget"]]
     short = [pod for pod, row in rows.items() if row["short_blocks"]]
-    water_line = bool(rows) and not unknown and len(over) == len(rows)
+    water_line = bool(rows) and not unknown and not ignored and len(over) == len(rows)
     ranked = sorted({*over, *short}, key=lambda pod: (-max(rows[pod]["excess_share"], 0.0),
                                                       rows[pod]["kv_tokens"], pod))
     restart = [] if water_line else ranked
@@ -187,7 +196,7 @@ def kv_memory(ctx: StepContext, p: KvMemoryParams) -> ActionResult:
              f"{pod} uses {_mib(row['used_mib'])} of vLLM's budget of {_mib(row['budget_mib'])}, "
              f"{row['kv_tokens']} KV tokens: within" for pod, row in rows.items()}
     ctx.evidence("text", "KV blocks and vLLM's memory budget against nvidia-smi, per pod", pods=shown,
-                 not_compared=unknown, tolerance=p.tolerance,
+                 not_compared=unknown, tolerance=p.tolerance, **({"left_out": ignored} if ignored else {}),
                  **({"missing": [m for m in (blocks_missing, memory_missing) if m]}
                     if blocks_missing or memory_missing else {}))
 
@@ -212,5 +221,7 @@ def kv_memory(ctx: StepContext, p: KvMemoryParams) -> ActionResult:
         summary += "; " + "; ".join(missing)
     if unknown:
         summary += "; not compared: " + "; ".join(f"{pod} ({why})" for pod, why in sorted(unknown.items()))
+    if ignored:
+        summary += f"; left out {len(ignored)} reading(s) whose pod label is not a pod name ({ignored[0]}, …)"
     return ActionResult.ok(summary, pods=rows, restart=restart, over_budget=over, short_blocks=short,
-                           water_line=water_line, unknown=unknown, compared=len(rows))
+                           water_line=water_line, unknown=unknown, compared=len(rows), left_out=len(ignored))
