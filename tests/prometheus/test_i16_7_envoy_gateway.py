@@ -231,3 +231,26 @@ def test_the_exported_rules_fire_on_the_envoy_series_only(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, rules["VllmHigh503Rate"]["expr"] + "\n" + done.stdout + done.stderr
 
+
+
+def _triage(url: str, at: dt.datetime) -> tuple[int, dict]:
+    import json
+
+    result = CliRunner().invoke(main, ["triage", "--profile", PROFILE, "--prometheus-url", url, "--output", "json",
+                                       "--at", at.isoformat()], catch_exceptions=False)
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_triage_finds_the_zombie_process_from_envoys_503s(envoy_prometheus):
+    code, doc = _triage(envoy_prometheus.url, AT)
+    assert code == 10
+    [zombie] = [f for f in doc["firing"] if f["playbook"] == "zombie-process"]
+    assert zombie["signal"] == "http_503_per_min" and zombie["value"] == pytest.approx(8)
+    _, yesterday = _triage(envoy_prometheus.url, AT - dt.timedelta(days=1))
+    [quiet] = [f for f in yesterday["quiet"] if f["playbook"] == "zombie-process"]
+    assert quiet["value"] == 0
+
+
+def test_an_unknown_profile_names_the_bundled_ones():
+    result = CliRunner().invoke(main, ["signals", "--profile", "envoy"])
+    assert result.exit_code == 3 and "envoy-gateway" in result.output
