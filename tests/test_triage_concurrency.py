@@ -31,7 +31,7 @@ class Metrics:
             self.asked.append(signal)
             self.in_flight += 1
             self.most = max(self.most, self.in_flight)
-            first, meets = len(self.asked) == 1, 1 < len(self.asked) <= self.expected + 1
+            meets = 1 < len(self.asked) <= self.expected + 1  # not the probe, and within the pool
         try:
             if self.fail:
                 raise BackendUnavailable("Prometheus is unreachable")

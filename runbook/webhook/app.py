@@ -144,9 +144,11 @@ def create_app(service: Service) -> Starlette:
 
     async def readyz(request: Request) -> Response:
         problems = await run_in_threadpool(service.problems)
+        warnings = await run_in_threadpool(service.warnings)
+        extra = {"warnings": warnings} if warnings else {}
         if problems:
-            return JSONResponse({"status": "not ready", "problems": problems}, status_code=503)
-        return JSONResponse({"status": "ready"})
+            return JSONResponse({"status": "not ready", "problems": problems, **extra}, status_code=503)
+        return JSONResponse({"status": "ready", **extra})
 
     async def metrics_route(request: Request) -> Response:
         return Response(metrics.render(), media_type=metrics.content_type)

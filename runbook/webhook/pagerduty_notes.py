@@ -24,7 +24,7 @@ from runbook.engine.runner import RunResult
 from runbook.errors import BackendError, BackendUnavailable, NotConfigured
 from runbook.model import events as ev
 from runbook.redaction import redact_text
-from runbook.webhook import records
+from runbook.webhook import left_behind, records
 from runbook.webhook.settings import PAGERDUTY_API_TOKEN_ENV, PagerDutyNotes, Secrets
 from runbook.webhook.store import IncidentRow, Store
 
@@ -44,6 +44,7 @@ OPEN_STATES = ("pending", "sending")
 PD_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")  # the incident id goes into a URL path
 MARKER = "runbook run {run}"  # the note's last line: how a resent note is recognised after a crash
 LIST_LIMIT = 12  # findings or actions listed in a note; the rest are counted
+GIVEN_UP_SHOWN = 1  # /readyz names the latest given-up note and counts the rest
 RETENTION = 7 * 86400.0  # how long a settled note's row is kept (the service passes webhook.dedupe_retention)
 
 
@@ -57,6 +58,11 @@ class _Retryable(BackendUnavailable):  # private: caught in this module, never r
 
 class _Permanent(BackendError):
     """Any other refusal (401, 403, 404, 400): trying again would not help."""
+
+
+# What a 401 or 403 means here, and the fix: every later note would be refused the same way.
+TOKEN_REFUSED = (f"the API token is refused: set {PAGERDUTY_API_TOKEN_ENV} to a PagerDuty REST API token "
+                 f"that may write notes (a read-only or revoked token cannot), then restart the server")
 
 
 class NotesApi(Protocol):
@@ -86,11 +92,18 @@ def _listed(lines: list[str], what: str) -> list[str]:
     return shown or ["- none"]
 
 
+ENDED_WELL = ("resolved", "proposed")  # any other outcome's note says what it left behind and that a person must look
+RESUMED = "before the restart"  # how recovery's skip reason ends: the step was applied by the interrupted run
+
+
 def compose(row: IncidentRow, result: RunResult, state: Path, *, max_chars: int) -> str:
     """The note: playbook, outcome, key findings, the actions applied or proposed, where the journal and RCA are."""
     findings = [f"- {s.id}: {s.summary}" for s in result.steps if s.kind != "remediation" and s.summary]
     actions = []
     for step in result.steps:
+        if step.kind == "remediation" and step.status == "skipped" and step.summary.endswith(RESUMED):
+            actions.append(f"- applied {RESUMED}: {step.id} ({step.uses}): {step.summary}")
+            continue
         if step.kind != "remediation" or step.status not in ("changed", "proposed", "refused", "failed"):
             continue
         word = {"changed": "applied", "proposed": "waiting for approval"}.get(step.status, step.status)
@@ -99,13 +112,30 @@ def compose(row: IncidentRow, result: RunResult, state: Path, *, max_chars: int)
             line += f" — approve with `runbook approve {row.id} {step.id}`"
         actions.append(line)
     actions += [f"- rolled back: {a.action} on {a.target}" for a in result.actions if a.rolled_back]
-    folder = journals.incident_dir(state, row.id)
     head = [f"runbook: playbook {result.playbook} ended {result.outcome.upper()}", f"{result.reason}", ""]
-    tail = ["", f"Incident journal: {row.id} ({folder / 'journal.jsonl'})",
-            f"RCA: `runbook rca {row.id}` writes {folder / 'rca.md'}", MARKER.format(run=result.run)]
     body = ["Key findings:", *_listed(findings, "findings"), "", "Actions:", *_listed(actions, "actions")]
+    if result.outcome not in ENDED_WELL:
+        body += ["", "The run did not end well.", *left_behind.lines(left_behind.read(state, row.id, result.run))]
+    return _bounded(row, result.run, state, head + body, max_chars=max_chars)
+
+
+def compose_unfinished(row: IncidentRow, run: str, why: str, state: Path, *, max_chars: int) -> str:
+    """The note of a run that raised out of the service, or that a restart found interrupted: it did not
+    finish; what it changed before (from the journal) and that a person must look."""
+    left = left_behind.read(state, row.id, run)
+    head = [f"runbook: playbook {left.playbook or row.playbook or '?'} DID NOT FINISH", why, ""]
+    findings = [f"- {line}" for line in left.findings]
+    body = ["Key findings:", *_listed(findings, "findings"), "", *left_behind.lines(left),
+            "Nothing more will be tried for this incident until a person acts."]
+    return _bounded(row, run, state, head + body, max_chars=max_chars)
+
+
+def _bounded(row: IncidentRow, run: str, state: Path, lines: list[str], *, max_chars: int) -> str:
+    folder = journals.incident_dir(state, row.id)
+    tail = ["", f"Incident journal: {row.id} ({folder / 'journal.jsonl'})",
+            f"RCA: `runbook rca {row.id}` writes {folder / 'rca.md'}", MARKER.format(run=run)]
     # Redacted like the journal: a token in a command's output must not travel to PagerDuty.
-    text = redact_text("\n".join(head + body))
+    text = redact_text("\n".join(lines))
     room = max_chars - len("\n".join(tail)) - 2
     if len(text) > room:
         text = text[:max(0, room - 2)].rstrip() + " …"
@@ -144,7 +174,7 @@ class PagerDutyRest:
         try:
             response = self.client.request(method, path, **kw)
         except self._pagerduty.HttpError as exc:  # the library raises a 401 itself
-            raise _Permanent(f"{what}: PagerDuty answered {exc.response.status_code}: the API token is refused")
+            raise _Permanent(f"{what}: PagerDuty answered {exc.response.status_code}: {TOKEN_REFUSED}")
         except self._pagerduty.Error as exc:
             cause = type(exc.__cause__).__name__ if exc.__cause__ is not None else ""
             raise _Retryable(f"{what}: cannot reach PagerDuty ({cause or exc})", maybe_sent=cause not in _NOT_SENT)
@@ -154,6 +184,8 @@ class PagerDutyRest:
         detail = _error_detail(response)
         if status == 429 or status >= 500:
             raise _Retryable(f"{what}: PagerDuty answered {status}{detail}", maybe_sent=False)
+        if status in (401, 403):
+            raise _Permanent(f"{what}: PagerDuty answered {status}{detail}: {TOKEN_REFUSED}")
         raise _Permanent(f"{what}: PagerDuty answered {status}{detail}")
 
     def post_note(self, pd_incident: str, content: str) -> str:
@@ -255,6 +287,36 @@ class Notes:
                         int(self.settings.resolve and result.outcome == "resolved"), at, at))
         except Exception:  # a note is a courtesy: it must never fail the run that earned it
             log.exception("incident %s: the PagerDuty note could not be recorded", row.id)
+
+    def unfinished(self, row: IncidentRow, run: str, why: str) -> None:
+        """Owe and offer the note of a run that did not finish (it raised, or a restart left it to a person):
+        what its journal says it changed, and that a person must look. Never raises."""
+        try:
+            pd_incident = pd_incident_of(row)
+            if pd_incident is None:
+                return
+            content = compose_unfinished(row, run, why, self.state, max_chars=self.settings.max_chars)
+            at = self.clock.now().timestamp()
+            with self.store.transaction() as db:
+                db.execute("INSERT OR IGNORE INTO pagerduty_notes (incident, run, pd_incident, content, resolve, "
+                           "state, created, updated) VALUES (?, ?, ?, ?, 0, 'pending', ?, ?)",
+                           (row.id, run, pd_incident, content, at, at))
+            self._offer((row.id, run))
+        except Exception:
+            log.exception("incident %s: the PagerDuty note of the unfinished run could not be recorded", row.id)
+
+    def problems(self) -> list[str]:
+        """The notes given up within the retention, latest first: shown by /readyz (they do not make it fail:
+        the webhooks must keep arriving), each with the reason, so a refused token is seen before the next page."""
+        with self.store.transaction() as db:
+            rows = db.execute("SELECT incident, pd_incident, result FROM pagerduty_notes WHERE state = 'failed' "
+                              "ORDER BY updated DESC LIMIT ?", (GIVEN_UP_SHOWN,)).fetchall()
+            count = db.execute("SELECT COUNT(*) FROM pagerduty_notes WHERE state = 'failed'").fetchone()[0]
+        if not rows:
+            return []
+        latest = rows[0]
+        return [f"{count} PagerDuty note(s) given up; the latest, for incident {latest['incident']} (PagerDuty "
+                f"{latest['pd_incident']}): {latest['result'] or 'no reason recorded'}"]
 
     def run_ended(self, row: IncidentRow, result: RunResult) -> None:
         """Hand the run's note, once committed, to the poster thread: the worker does not wait for PagerDuty."""

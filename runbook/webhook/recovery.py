@@ -34,6 +34,7 @@ class Runs(Protocol):
                 dry_run: bool = False) -> tuple[Any, journals.JsonlJournal]: ...
 
 RECOVERED_BY = "found applied after a restart"
+IN_DOUBT = ("unknown", "changed")  # verdicts that leave the change to a person: it may have happened
 
 
 def interrupted_runs(events: list[Event]) -> list[str]:
@@ -110,7 +111,7 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
                 journal.record(ev.ACTION_APPLIED, at=now, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
                     "by": RECOVERED_BY, "recovered": True})
-            if verdict in ("unknown", "changed"):
+            if verdict in IN_DOUBT:
                 go_on = False
                 journal.record(ev.ESCALATED, at=now, step=planned.step if planned else None, data={"reason": why})
             journal.record(ev.RUN_FINISHED, at=now, data={"outcome": "interrupted", "reason": why,
@@ -119,6 +120,14 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
             journal.close()
         events = journals.read_journal(path).events
     return _skips(applied_steps(events)) if go_on else None
+
+
+def held_for_a_person(events: list[Event]) -> tuple[str, str] | None:
+    """The last run a restart closed without knowing whether its change happened: (run, why), or None."""
+    for event in reversed(events):
+        if event.type == records.RUN_INTERRUPTED and event.data.get("verdict") in IN_DOUBT and event.run:
+            return event.run, str(event.data.get("reason", ""))
+    return None
 
 
 def _skips(applied: dict[str, str]) -> dict[str, str]:

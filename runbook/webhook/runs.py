@@ -70,6 +70,9 @@ class Runs:
     # then again once that is committed (the note back to PagerDuty); neither may raise.
     on_outcome: Callable[[Any, IncidentRow, RunResult], None] = lambda db, row, result: None
     after_run: Callable[[IncidentRow, RunResult], None] = lambda row, result: None
+    # Told of a run that did not finish (it raised, or a restart left its change to a person): the
+    # incident, the run whose journal says what it changed, and why; may not raise.
+    on_unfinished: Callable[[IncidentRow, str, str], None] = lambda row, run, why: None
 
     def handle(self, incident: str) -> None:
         try:
@@ -83,6 +86,7 @@ class Runs:
         if row is None:
             return  # closed, done, or taken meanwhile
         book = self.playbooks.get(row.playbook or "")
+        run = journals.new_run_id()  # named here, so that a run that raises can still be described
         try:
             if book is None:
                 raise RunbookError(f"playbook {row.playbook!r} is no longer loaded")
@@ -91,26 +95,40 @@ class Runs:
                 found = recovery.recover(self, row, book)
                 if found is None:
                     self.store.set_state(row.id, "done", self.clock.now().timestamp(), outcome="interrupted")
+                    self._unfinished(row, *self._held(row))
                     return
                 skip = found
-            result, _ = self.execute(row, book, skip)
+            result, _ = self.execute(row, book, skip, run=run)
             self.finish(row, book, result, skip)
         except Exception as exc:
             log.exception("incident %s: the run could not finish", row.id)
             self.store.set_state(row.id, "error", self.clock.now().timestamp(), outcome=f"error: {exc}"[:500])
             self.metrics.runs.labels("error").inc()
+            self._unfinished(row, run, f"The run raised {type(exc).__name__}: {exc}")
             return
         try:
             self.after_run(row, result)
         except Exception:
             log.exception("incident %s: what follows the run failed", row.id)
 
+    def _held(self, row: IncidentRow) -> tuple[str, str]:
+        """The interrupted run a restart left to a person, and why (from the journal recovery just wrote)."""
+        events = journals.read_journal(journals.incident_dir(self.state, row.id) / journals.JOURNAL_NAME).events
+        run, why = recovery.held_for_a_person(events) or ("", "interrupted; a restart could not finish it")
+        return run, f"A restart found the run interrupted: {why}"
+
+    def _unfinished(self, row: IncidentRow, run: str, why: str) -> None:
+        try:
+            self.on_unfinished(row, run, why)
+        except Exception:
+            log.exception("incident %s: telling of the unfinished run failed", row.id)
+
     def closed(self, incident: str) -> bool:
         row = self.store.incident(incident)
         return row is not None and row.closed is not None
 
     def execute(self, row: IncidentRow, book: Playbook, skip: Mapping[str, str], *,
-                dry_run: bool = False) -> tuple[RunResult, journals.JsonlJournal]:
+                dry_run: bool = False, run: str | None = None) -> tuple[RunResult, journals.JsonlJournal]:
         operator: Any = PolicyOperator(self.policy, book.name, lambda: self.closed(row.id))
         skip = dict(skip)
         approval = approval_of(row.job)
@@ -122,7 +140,7 @@ class Runs:
             for earlier in remediations:
                 if ids.index(earlier) < ids.index(step):
                     skip.setdefault(earlier, f"comes before the approved step {step}; decided in an earlier run")
-        journal = journals.JsonlJournal.for_incident(self.state, row.id, journals.new_run_id())
+        journal = journals.JsonlJournal.for_incident(self.state, row.id, run or journals.new_run_id())
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
                         operator=operator, locks=shared_state.target_locks(self.world, self.state),
                         history=shared_state.history_for(self.world, self.state),

@@ -80,6 +80,7 @@ class Service:
                                                       retention=config.dedupe_retention)
         if self.notes is not None:
             self.runs.on_outcome, self.runs.after_run = self.notes.owe, self.notes.run_ended
+            self.runs.on_unfinished = self.notes.unfinished
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
                              backlog_limit=config.queue_size, coordination=self.coordination)
         self._sweeper_enabled = sweeper
@@ -228,6 +229,13 @@ class Service:
         found.extend(self.coordination.problems())
         found.extend(self.worker.problems())
         return found
+
+    def warnings(self) -> list[str]:
+        """What a person should know that does not make the service unready: PagerDuty notes given up."""
+        try:
+            return self.notes.problems() if self.notes is not None else []
+        except JournalError as exc:
+            return [str(exc)]
 
     def proposals(self, *states: str) -> list[dict[str, Any]]:
         return [p.to_json() for p in self.store.proposals(*states)]
