@@ -65,7 +65,7 @@ def from_events(events: list[ev.Event], run: str) -> LeftBehind:
             changes[step] = _change(data)
         elif event.type == ev.ACTION_APPLIED:
             changes[step], fate[step] = _change(data), "in_place"
-        elif event.type == ev.ACTION_UNKNOWN:
+        elif event.type == ev.ACTION_UNKNOWN and not data.get("recovered"):  # a restart's: its run.interrupted says it
             changes[step], fate[step] = f"{_change(data)} (the apply raised: {data.get('error', '?')})", "in_doubt"
         elif event.type == ev.ROLLBACK_APPLIED and step in fate:
             fate[step] = "undone"

@@ -34,6 +34,7 @@ class Runs(Protocol):
                 dry_run: bool = False) -> tuple[Any, journals.JsonlJournal]: ...
 
 RECOVERED_BY = "found applied after a restart"
+IN_DOUBT_BY = "left in doubt by a restart"  # the `by` of an interrupted change counted as applied
 IN_DOUBT = ("unknown", "changed")  # verdicts that leave the change to a person: it may have happened
 
 
@@ -111,6 +112,15 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
                 journal.record(ev.ACTION_APPLIED, at=now, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
                     "by": RECOVERED_BY, "recovered": True})
+            if verdict in IN_DOUBT and planned is not None:
+                # It may have happened: cooldowns and budgets count it as applied, as an apply that raised is
+                # counted; at the restart or the run's last record, whichever is later: no earlier than it can
+                # have happened, so the wait is never shorter than the real one (even on a clock set back).
+                last = max((e.at for e in events if e.run == run), default=now)
+                journal.record(ev.ACTION_UNKNOWN, at=max(now, last), step=planned.step, data={
+                    **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
+                    "by": IN_DOUBT_BY, "recovered": True, "error": why,
+                    "why": "interrupted while being applied; counted as applied"})
             if verdict in IN_DOUBT:
                 go_on = False
                 journal.record(ev.ESCALATED, at=now, step=planned.step if planned else None, data={"reason": why})

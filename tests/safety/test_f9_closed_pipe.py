@@ -66,7 +66,7 @@ def run_with_pipe(state: Path, extra: list[str], *, close_after_first_line: bool
     os.close(write_end)
     if close_after_first_line:
         with os.fdopen(read_end, "rb", buffering=0) as reader:
-            while (byte := reader.read(1)) not in (b"\n", b""):
+            while reader.read(1) not in (b"\n", b""):
                 pass
     return child.wait(timeout=SAFETY_TIMEOUT)
 

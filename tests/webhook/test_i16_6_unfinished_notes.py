@@ -124,6 +124,16 @@ def test_a_restart_that_leaves_the_change_to_a_person_posts_it(state, pd):
     assert "check llm/statefulset/vllm-server by hand" in content
     assert content.endswith("runbook run run-killed")
     assert note_states(state, incident) == ["posted", "posted"]
+    # The change may have happened: the restart counts it as applied, for every later cooldown and budget.
+    killed = [e for e in journal(state, incident) if e.run == "run-killed"]
+    assert [e.type for e in killed] == [ev.RUN_STARTED, ev.ACTION_PLANNED, ev.ACTION_CONFIRMED, ev.RUN_INTERRUPTED,
+                                        ev.ACTION_UNKNOWN, ev.ESCALATED, ev.RUN_FINISHED]
+    unknown = killed[4]
+    assert (unknown.step, unknown.data["action"], unknown.data["target"], unknown.data["recovered"]) == \
+        ("scale-down", "k8s.scale", "llm/statefulset/vllm-server", True)
+    counted = journals.History(state).records("llm/statefulset/vllm-server", since=at, action="k8s.scale")
+    assert [(a.incident, a.at) for a in counted] == [(incident, unknown.at)]
+    assert unknown.at >= at  # counted from the restart: never a shorter wait than the real one
 
 
 @pytest.mark.parametrize("status", [401, 403])
