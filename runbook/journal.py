@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from runbook import redaction, safe_fs
-from runbook.errors import JournalError
+from runbook.errors import BackendError, JournalError
 from runbook.model import events as ev
 
 
@@ -303,11 +303,14 @@ class _Counted:
     file: tuple[int, int]  # (st_dev, st_ino): a journal replaced by another file is read afresh
     offset: int = 0
     events: list[ev.Event] = dataclasses.field(default_factory=list)
+    damaged: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)  # (line number, its first bytes)
+    lines: int = 0  # whole lines read so far
 
 
 _COUNTED: dict[Path, _Counted] = {}
 _COUNTED_LOCK = threading.Lock()
 _COUNTED_MARKERS = tuple(type.encode() for type in COUNTED_TYPES)  # a cheap test before parsing a line
+DAMAGED_KEPT = 4096  # bytes kept of a damaged application line: enough to see whose target it names
 
 
 def counted_events(path: Path) -> list[ev.Event]:
@@ -334,18 +337,37 @@ def counted_events(path: Path) -> list[ev.Event]:
             except OSError as exc:
                 raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
             whole = chunk.rfind(b"\n") + 1  # a torn last line is read once it is complete
-            for line in chunk[:whole].split(b"\n"):
+            for number, line in enumerate(chunk[:whole].split(b"\n")[:-1], start=entry.lines + 1):
                 if not any(marker in line for marker in _COUNTED_MARKERS):
                     continue  # most lines: no need to parse them
                 try:
                     event = ev.parse_line(line)
                 except ValueError:
+                    entry.damaged.append((number, line[:DAMAGED_KEPT]))  # may be an application: never skipped
                     continue
                 if event.type in COUNTED_TYPES:
                     entry.events.append(event)
             entry.offset += whole
+            entry.lines += chunk[:whole].count(b"\n")
         _COUNTED[path] = entry
         return list(entry.events)
+
+
+def damaged_counted(path: Path) -> list[tuple[int, bytes]]:
+    """The unreadable lines of a journal that name an applied (or possibly applied) change, as
+    (line number, its first bytes), read by the last `counted_events(path)`."""
+    with _COUNTED_LOCK:
+        entry = _COUNTED.get(Path(path))
+        return list(entry.damaged) if entry is not None else []
+
+
+class DamagedHistory(BackendError):
+    """A journal line that may record a change to the target cannot be read: the count is unknown."""
+
+
+def _may_concern(line: bytes, target: str) -> bool:
+    """Whether a damaged application line may be about `target`: it names it, or names no target at all."""
+    return json.dumps(target)[1:-1].encode() in line or b'"target"' not in line
 
 
 class History:
@@ -374,8 +396,17 @@ class History:
             # Only a journal written to since the window opened can hold an application inside it
             # (such a journal is read whole). Drills act on a simulated world on virtual time: they
             # never count against real targets.
-            sources.extend(counted_events(p) for p in journal_paths(self.state, modified_since=since - MTIME_MARGIN)
-                           if not p.parent.name.startswith(DRILL_PREFIX))
+            for path in journal_paths(self.state, modified_since=since - MTIME_MARGIN):
+                if path.parent.name.startswith(DRILL_PREFIX):
+                    continue
+                sources.append(counted_events(path))
+                damaged = [number for number, line in damaged_counted(path) if _may_concern(line, target)]
+                if damaged:
+                    # Skipping it could let a change run again inside its cooldown: refuse to count instead.
+                    raise DamagedHistory(
+                        f"{path}:{damaged[0]}: an unreadable line may record a change applied to {target}, so its "
+                        "cooldown and budget cannot be counted; repair the line from a backup, or move it to a file "
+                        "of its own beside the journal once you have checked the target by hand")
         if self.extra is not None:
             sources.append(self.extra.events())
         for events in sources:

@@ -60,3 +60,47 @@ def test_a_journal_replaced_by_another_file_is_read_afresh(tmp_path):
     applied(second, 3)
     second.close()
     assert [e.run for e in counted_events(path)] == ["r2"]
+
+
+def _damaged_journal(tmp_path, incident: str, damaged: bytes):
+    path = tmp_path / "incidents" / incident / "journal.jsonl"
+    journal = JsonlJournal(path, incident=incident, run="r1")
+    journal.record(ev.RUN_STARTED, at=AT, data={"playbook": "p"})
+    journal.close()
+    with open(path, "ab") as handle:
+        handle.write(damaged + b"\n")
+    return path
+
+
+def test_a_damaged_line_that_may_be_an_application_is_never_counted_as_none(tmp_path):
+    import pytest
+
+    from runbook.errors import BackendError
+    from runbook.journal import DamagedHistory
+
+    # A line cut short and glued to the next write: the JSON is broken, the change it records is not known.
+    path = _damaged_journal(tmp_path, "inc-3", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","incident":"inc-3","run":"r1",'
+                                               b'"type":"action.applied","step":"s","data":{"action":"k8s.scale",'
+                                               b'"target":"llm/statefulset/vllm"{"seq":3')
+    with pytest.raises(DamagedHistory, match=rf"{path}:2: an unreadable line may record a change applied to "
+                                             r"llm/statefulset/vllm") as raised:
+        History(tmp_path).records("llm/statefulset/vllm", since=AT)
+    assert isinstance(raised.value, BackendError)  # the engine refuses the step: "cannot read what was applied"
+    # Another target's damaged line says nothing about this one.
+    assert History(tmp_path).records("llm/statefulset/other", since=AT) == []
+
+
+def test_a_damaged_application_line_naming_no_target_may_be_anyones(tmp_path):
+    import pytest
+
+    from runbook.journal import DamagedHistory
+
+    _damaged_journal(tmp_path, "inc-4", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"action.unknown","da')
+    for target in ("llm/statefulset/vllm", "llm/deployment/anything"):
+        with pytest.raises(DamagedHistory, match=":2: an unreadable line may record a change applied to"):
+            History(tmp_path).records(target, since=AT)
+
+
+def test_a_damaged_line_of_anything_else_is_not_a_reason_to_refuse(tmp_path):
+    _damaged_journal(tmp_path, "inc-5", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"note","data":{"mess')
+    assert History(tmp_path).records("llm/statefulset/vllm", since=AT) == []

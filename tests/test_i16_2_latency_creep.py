@@ -10,21 +10,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runbook import journal as journals
 from runbook.actions import load_builtin
 from runbook.actions.base import StepContext
 from runbook.backends.base import World
 from runbook.cli import main
 from runbook.clock import FakeClock
-from runbook.drill.run import bundled_playbook
-from runbook.engine.operator import AssumeYes
-from runbook.engine.runner import Engine
-from runbook.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.sim.scenario import load_scenario, parse_scenario
-from runbook.sim.world import build_world
-from tests.realstack.timeline import alert_of
-from tests.test_i16_3_canary_rollback import assert_sequence
+from tests.test_i16_3_canary_rollback import assert_sequence, run_on_sim
 
 PLAYBOOK = Path(__file__).resolve().parents[1] / "playbooks" / "latency-creep.yaml"
 SCENARIOS = Path(__file__).resolve().parents[1] / "runbook" / "scenarios"
@@ -197,23 +190,6 @@ def test_the_playbook_validates():
 # ---------------------------------------------------------------------------- the drills
 
 
-def _run(scenario, state: Path):
-    registry = load_builtin()
-    playbook = bundled_playbook(scenario.playbook, registry)
-    clock = FakeClock(scenario.t0)
-    world = build_world(scenario, clock)
-    journal = journals.JsonlJournal.for_incident(state, journals.new_incident_id(scenario.t0, playbook.name, drill=True),
-                                                 journals.new_run_id())
-    engine = Engine(registry=registry, world=world.world_backends(), clock=clock, journal=journal,
-                    operator=AssumeYes("test"), locks=MemoryLocks(), history=journals.History(None, extra=journal),
-                    holder="test")
-    try:
-        result = engine.run(playbook, alert=alert_of(scenario), params=dict(scenario.params))
-    finally:
-        journal.close()
-    return result, journals.read_journal(journal.path).events, world
-
-
 def _writes(world) -> list[tuple]:
     return [(m["op"], m.get("pod") or m.get("workload"), (m.get("after") or {}).get("args"))
             for m in world.mutations if m["op"] in ("scale", "set_container_argv", "delete_pod", "kill")]
@@ -224,7 +200,7 @@ def _finished(events, step):
 
 
 def test_the_drill_restarts_the_one_pod_over_its_budget_and_the_p99_comes_back(tmp_path):
-    result, events, world = _run(load_scenario("latency-creep"), tmp_path)
+    result, events, world = run_on_sim(load_scenario("latency-creep"), tmp_path)
     assert result.outcome == "resolved"
     assert_sequence(events, [
         (ev.STEP_FINISHED, "latency-trend"), (ev.STEP_FINISHED, "p99-by-pod"), (ev.STEP_FINISHED, "kv-blocks"),
@@ -238,7 +214,7 @@ def test_the_drill_restarts_the_one_pod_over_its_budget_and_the_p99_comes_back(t
 
 
 def test_the_water_line_drill_lowers_max_model_len_five_percent_and_restarts_no_pod_by_hand(tmp_path):
-    result, events, world = _run(load_scenario("latency-creep-water-line"), tmp_path)
+    result, events, world = run_on_sim(load_scenario("latency-creep-water-line"), tmp_path)
     assert result.outcome == "resolved"
     assert_sequence(events, [(ev.STEP_FINISHED, "kv-memory"), (ev.ACTION_PLANNED, "lower-max-model-len"),
                              (ev.ACTION_APPLIED, "lower-max-model-len"), (ev.VERIFY_PASSED, "latency-back-lowered"),
@@ -280,7 +256,7 @@ HALF_BACK = [("""      - {signal: e2e_latency_p99_vs_earlier, points: [[0, 1.9],
 
 
 def test_two_pods_over_budget_are_restarted_one_at_a_time_worst_first(tmp_path):
-    result, events, world = _run(_variant("latency-creep", TWO_OVER + HALF_BACK), tmp_path)
+    result, events, world = run_on_sim(_variant("latency-creep", TWO_OVER + HALF_BACK), tmp_path)
     assert result.outcome == "resolved"
     assert_sequence(events, [(ev.ACTION_APPLIED, "restart-worst"), (ev.VERIFY_PASSED, "worst-ready"),
                              (ev.ACTION_PLANNED, "restart-next"), (ev.GUARD_PASSED, "restart-next"),
@@ -294,7 +270,7 @@ def test_two_pods_over_budget_are_restarted_one_at_a_time_worst_first(tmp_path):
 
 
 def test_a_second_restart_the_p99_no_longer_needs_is_skipped_by_the_recheck(tmp_path):
-    result, events, world = _run(_variant("latency-creep", TWO_OVER), tmp_path)
+    result, events, world = run_on_sim(_variant("latency-creep", TWO_OVER), tmp_path)
     assert result.outcome == "resolved"
     skipped = next(e for e in events if e.type == ev.ACTION_SKIPPED and e.step == "restart-next")
     assert skipped.data["reason"] == "e2e_latency_p99_vs_earlier > 1.5 no longer holds (now 1); nothing to do"
@@ -311,7 +287,7 @@ def test_no_pod_over_budget_escalates_with_the_evidence_and_changes_nothing(tmp_
 """, """  - name: vllm-server-1
     started: -9d
 """)]
-    result, events, world = _run(_variant("latency-creep", healthy), tmp_path)
+    result, events, world = run_on_sim(_variant("latency-creep", healthy), tmp_path)
     assert result.outcome == "escalated"
     escalated = next(e for e in events if e.type == ev.ESCALATED)
     assert "names no fix" in escalated.data["reason"] and "within vLLM's budget" in escalated.data["reason"]

@@ -23,7 +23,7 @@ from tests.realstack.timeline import alert_of
 STABLE = {"app": "vllm", "version": "v1"}
 
 
-def _run(scenario, state: Path):
+def run_on_sim(scenario, state: Path):
     """The playbook on `scenario`'s simulated world, as `runbook drill --yes` runs it."""
     registry = load_builtin()
     playbook = bundled_playbook(scenario.playbook, registry)
@@ -35,7 +35,7 @@ def _run(scenario, state: Path):
                     operator=AssumeYes("test"), locks=MemoryLocks(), history=journals.History(None, extra=journal),
                     holder="test")
     try:
-        result = engine.run(playbook, alert=alert_of(scenario), params=scenario.params)
+        result = engine.run(playbook, alert=alert_of(scenario), params=dict(scenario.params))
     finally:
         journal.close()
     return result, journals.read_journal(journal.path).events, world
@@ -76,7 +76,7 @@ def test_the_drill_routes_back_then_drains_then_retires_the_canary(tmp_path):
 
 
 def test_the_world_sees_the_route_move_before_the_canary_goes_and_the_stable_pods_stay(tmp_path):
-    result, _, world = _run(load_scenario("canary-rollback"), tmp_path)
+    result, _, world = run_on_sim(load_scenario("canary-rollback"), tmp_path)
     assert result.outcome == "resolved"
     assert _changes(world) == [("set_route", "service/vllm", {"selector": STABLE}),
                                ("scale", "deployment/vllm-v2", 0)]
@@ -86,7 +86,7 @@ def test_the_world_sees_the_route_move_before_the_canary_goes_and_the_stable_pod
 
 
 def test_with_no_stable_pod_ready_the_route_is_not_moved_and_nothing_changes(tmp_path):
-    result, events, world = _run(load_scenario("canary-rollback-stable-unready"), tmp_path)
+    result, events, world = run_on_sim(load_scenario("canary-rollback-stable-unready"), tmp_path)
     assert result.outcome == "refused"
     refused = [e for e in events if e.type == ev.GUARD_REFUSED]
     assert [(e.step, e.data["guard"]) for e in refused] == [("route-back", "min_ready")]
@@ -99,7 +99,7 @@ def test_a_canary_that_keeps_its_traffic_is_rolled_back_route_and_all(tmp_path):
     """Something else sends the canary requests (no reaction drains it): the drain check fails, the
     route is restored to what it was, and the canary was never scaled."""
     scenario = load_scenario("canary-rollback").model_copy(update={"reactions": []})
-    result, events, world = _run(scenario, tmp_path)
+    result, events, world = run_on_sim(scenario, tmp_path)
     assert result.outcome == "rolled_back"
     assert_sequence(events, [(ev.ACTION_APPLIED, "route-back"), (ev.VERIFY_FAILED, "canary-drained"),
                              (ev.ROLLBACK_APPLIED, "route-back"), ev.ESCALATED, ev.RUN_FINISHED])
@@ -118,7 +118,7 @@ def test_a_canary_no_worse_than_stable_is_left_alone(tmp_path):
                       for s in signal.series]
             signal = signal.model_copy(update={"series": series})
         calm.append(signal)
-    result, events, world = _run(scenario.model_copy(update={"signals": calm}), tmp_path)
+    result, events, world = run_on_sim(scenario.model_copy(update={"signals": calm}), tmp_path)
     assert _changes(world) == []
     assert not any(e.type == ev.ACTION_APPLIED for e in events)
     assert {e.step for e in events if e.type == ev.ACTION_PLANNED} == set()
@@ -163,7 +163,7 @@ def _variant(route: dict, params: dict, trigger: dict):
      {"weights": {"vllm-v1": 100, "vllm-v2": 0}}),
 ], ids=["ingress-nginx-canary", "httproute"])
 def test_an_ingress_canary_or_an_httproute_is_weighted_back_to_stable(route, params, trigger, after, tmp_path):
-    result, events, world = _run(_variant(route, params, trigger), tmp_path)
+    result, events, world = run_on_sim(_variant(route, params, trigger), tmp_path)
     assert result.outcome == "resolved", result.reason
     assert _changes(world) == [("set_route", params["route"], after), ("scale", "deployment/vllm-v2", 0)]
     checked = next(e for e in events if e.type == ev.STEP_FINISHED and e.step == "route-on-stable")
@@ -174,7 +174,7 @@ def test_a_rollback_puts_the_httproute_weights_back_as_they_were(tmp_path):
     route = {"kind": "httproute", "name": "vllm", "namespace": "llm", "weights": {"vllm-v1": 80, "vllm-v2": 20}}
     # A trigger that never fires: the canary keeps its requests, the drain check fails.
     scenario = _variant(route, {"route": "httproute/vllm"}, {"route": "httproute/other"})
-    result, _, world = _run(scenario, tmp_path)
+    result, _, world = run_on_sim(scenario, tmp_path)
     assert result.outcome == "rolled_back"
     assert _changes(world) == [("set_route", "httproute/vllm", {"weights": {"vllm-v1": 100, "vllm-v2": 0}}),
                                ("set_route", "httproute/vllm", {"weights": {"vllm-v1": 80, "vllm-v2": 20}})]
@@ -187,7 +187,7 @@ def test_when_stable_does_not_take_the_load_the_canary_is_scaled_back_and_the_ro
     reaction = scenario.reactions[0]
     kept = [e for e in reaction.effects if not (e.signal == "requests_per_min" and e.labels.get("version") == "v1")]
     scenario = scenario.model_copy(update={"reactions": [reaction.model_copy(update={"effects": kept})]})
-    result, events, world = _run(scenario, tmp_path)
+    result, events, world = run_on_sim(scenario, tmp_path)
     assert result.outcome == "rolled_back"
     assert_sequence(events, [(ev.ACTION_APPLIED, "route-back"), (ev.ACTION_APPLIED, "retire-canary"),
                              (ev.VERIFY_FAILED, "stable-carries"), ev.ROLLBACK_APPLIED, ev.ROLLBACK_APPLIED,
@@ -207,7 +207,7 @@ def test_a_p95_regression_alone_rolls_the_canary_back(tmp_path):
             signal = signal.model_copy(update={"series": [s.model_copy(update={"points": [(-2 * 86400.0, value)]})
                                                           for s in signal.series]})
         signals.append(signal)
-    result, events, world = _run(scenario.model_copy(update={"signals": signals}), tmp_path)
+    result, events, world = run_on_sim(scenario.model_copy(update={"signals": signals}), tmp_path)
     assert result.outcome == "resolved"
     worse = {e.step: "; worse: " in e.data["summary"] for e in events if e.type == ev.STEP_FINISHED
              and e.step in ("canary-ooms", "canary-throughput", "canary-p95")}

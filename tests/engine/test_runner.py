@@ -239,3 +239,24 @@ def test_the_run_ends_with_each_signals_history(clock):
     assert history.data["signal"] == "oom_failures_per_min"
     points = history.data["series"][0]["points"]
     assert points[0][1] == 4.0 and points[-1][1] == 0.0  # before the fix, and after it
+
+
+def test_a_damaged_journal_line_that_may_be_a_change_refuses_instead_of_skipping_the_cooldown(clock, tmp_path):
+    c = cluster()
+    state = tmp_path / "state"
+    first = engine(clock, cluster_=c, state=state, incident="inc-1")
+    assert first.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 2}).outcome == "resolved"
+    path = state / "incidents" / "inc-1" / "journal.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    applied = next(i for i, line in enumerate(lines) if b'"action.applied"' in line)
+    lines[applied] = lines[applied][:len(lines[applied]) // 2 + 40]  # the record of the change, torn mid-line
+    path.write_bytes(b"\n".join(lines))
+    clock.advance(5 * 60)
+    second = engine(clock, cluster_=c, state=state, incident="inc-2")
+    result = second.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 1})
+    events = second.journal.events()
+    assert result.outcome == "refused" and refused_by(events) == ["history"]
+    reason = next(x for x in events if x.type == ev.GUARD_REFUSED).data["reason"]
+    assert f"{path}:{applied + 1}: an unreadable line may record a change applied to llm/statefulset/vllm-server" \
+        in reason and "refusing to act without the cooldown and budget" in reason
+    assert [m[-1] for m in c.mutations] == [2]  # not scaled again inside the cooldown

@@ -25,18 +25,6 @@ from tests.webhook.helpers import OPERATOR_TOKEN, journal, pd_event, pd_headers,
 from tests.webhook.pagerduty_api import FROM, TOKEN, FakePagerDuty
 
 
-@pytest.fixture
-def pd(tmp_path):
-    fake = FakePagerDuty(tmp_path)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def state(tmp_path):
-    return tmp_path / "state"
-
-
 def with_token(token: str | None = TOKEN):
     return dataclasses.replace(secrets(), pagerduty_api=token)
 

@@ -26,18 +26,6 @@ from tests.webhook.pagerduty_api import TOKEN, FakePagerDuty
 UNATTENDED = Policy(unattended={"test-oom": ["scale-down"]})  # the run applies its change itself
 
 
-@pytest.fixture
-def pd(tmp_path):
-    fake = FakePagerDuty(tmp_path)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture
-def state(tmp_path):
-    return tmp_path / "state"
-
-
 def with_token():
     return dataclasses.replace(secrets(), pagerduty_api=TOKEN)
 
