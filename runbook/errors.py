@@ -14,6 +14,7 @@
     │   │   ├── StaleConnection     (backends.ssh.session) a cached connection opens no session: nothing ran
     │   │   └── DeadlinePassed      (backends.ssh.deadline) a node command's phase outlived its deadline
     │   │       └── CommandTimedOut (backends.ssh.session) the command was ended at its deadline
+    │   ├── DamagedHistory          (journal) a journal line that may record a change to the target is unreadable
     │   ├── NotFound                the object asked for does not exist
     │   ├── Conflict                the object changed underneath us (re-read, re-plan)
     │   │   └── StalePlan           what a plan was computed from no longer holds: plan again
