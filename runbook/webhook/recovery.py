@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from runbook import journal as journals
 from runbook.clock import Clock
+from runbook.errors import BackendError
 from runbook.model import events as ev
 from runbook.model.events import Event
 from runbook.model.playbook import Playbook
@@ -32,6 +33,8 @@ class Runs(Protocol):
 
     def execute(self, row: IncidentRow, book: Playbook, skip: Mapping[str, str], *,
                 dry_run: bool = False) -> tuple[Any, journals.JsonlJournal]: ...
+
+    def history(self) -> journals.History: ...
 
 RECOVERED_BY = "found applied after a restart"
 IN_DOUBT_BY = "left in doubt by a restart"  # the `by` of an interrupted change counted as applied
@@ -88,6 +91,20 @@ def check(runs: Runs, row: IncidentRow, book: Playbook, planned: Event, skip: di
                        f"nor after ({_show(planned.data.get('after'))}) the interrupted change")
 
 
+def _share(runs: Runs, journal: journals.JsonlJournal, row: IncidentRow, planned: Event, at: Any) -> None:
+    """Put what recovery counts as applied where other runbook instances count it too (a shared history)."""
+    record = getattr(runs.history(), "record_applied", None)
+    if record is None:
+        return  # the local journals are the whole history: the journal line just written is counted
+    target = str(planned.data.get("target", "?"))
+    try:
+        record(target=target, action=str(planned.data.get("action", "?")), at=at, incident=row.id)
+    except BackendError as exc:
+        journal.record(ev.NOTE, at=runs.clock.now(), data={
+            "message": f"could not record the change to {target} where other runbook instances see it: {exc}; "
+                       "their cooldowns will not count it"})
+
+
 def _show(value: Any) -> str:
     return ", ".join(f"{k}={v}" for k, v in value.items()) if isinstance(value, dict) else str(value)
 
@@ -112,15 +129,17 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
                 journal.record(ev.ACTION_APPLIED, at=now, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
                     "by": RECOVERED_BY, "recovered": True})
+                _share(runs, journal, row, planned, now)
             if verdict in IN_DOUBT and planned is not None:
                 # It may have happened: cooldowns and budgets count it as applied, as an apply that raised is
                 # counted; at the restart or the run's last record, whichever is later: no earlier than it can
                 # have happened, so the wait is never shorter than the real one (even on a clock set back).
-                last = max((e.at for e in events if e.run == run), default=now)
-                journal.record(ev.ACTION_UNKNOWN, at=max(now, last), step=planned.step, data={
+                counted_at = max(now, max((e.at for e in events if e.run == run), default=now))
+                journal.record(ev.ACTION_UNKNOWN, at=counted_at, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
                     "by": IN_DOUBT_BY, "recovered": True, "error": why,
                     "why": "interrupted while being applied; counted as applied"})
+                _share(runs, journal, row, planned, counted_at)
             if verdict in IN_DOUBT:
                 go_on = False
                 journal.record(ev.ESCALATED, at=now, step=planned.step if planned else None, data={"reason": why})

@@ -127,6 +127,10 @@ class Runs:
         row = self.store.incident(incident)
         return row is not None and row.closed is not None
 
+    def history(self) -> journals.History:
+        """What cooldowns and budgets count: the local journals, and a cluster's shared record where there is one."""
+        return shared_state.history_for(self.world, self.state)
+
     def execute(self, row: IncidentRow, book: Playbook, skip: Mapping[str, str], *,
                 dry_run: bool = False, run: str | None = None) -> tuple[RunResult, journals.JsonlJournal]:
         operator: Any = PolicyOperator(self.policy, book.name, lambda: self.closed(row.id))
@@ -143,7 +147,7 @@ class Runs:
         journal = journals.JsonlJournal.for_incident(self.state, row.id, run or journals.new_run_id())
         engine = Engine(registry=self.registry, world=self.world, clock=self.clock, journal=journal,
                         operator=operator, locks=shared_state.target_locks(self.world, self.state),
-                        history=shared_state.history_for(self.world, self.state),
+                        history=self.history(),
                         dry_run=dry_run, kill_switch=self.kill_switch, holder=f"runbook serve {self.owner}",
                         namespaces=self.namespaces)
         try:
