@@ -36,6 +36,7 @@ class Runs(Protocol):
 
     def history(self) -> journals.History: ...
 
+
 RECOVERED_BY = "found applied after a restart"
 IN_DOUBT_BY = "left in doubt by a restart"  # the `by` of an interrupted change counted as applied
 IN_DOUBT = ("unknown", "changed")  # verdicts that leave the change to a person: it may have happened
