@@ -291,9 +291,48 @@ class Application:
 
 # An apply whose outcome could not be read back may have changed the target: it counts as applied.
 COUNTED_TYPES = frozenset({ev.ACTION_APPLIED, "action.unknown"})
+# A change confirmed whose result never followed in its run may have landed (the process was killed
+# between the apply and its record, and a CLI run has no restart to recover it): it counts as
+# applied, at its confirmation, until something settles it.
+IN_DOUBT_TYPE = ev.ACTION_CONFIRMED
+# What settles a confirmed change in its run and step: its result, a new plan (the apply found the
+# target moved and changed nothing), the step's end, or a restart's verdict on it; the run's end
+# settles every one of that run.
+SETTLING_TYPES = frozenset({ev.ACTION_APPLIED, ev.ACTION_UNKNOWN, ev.ACTION_FAILED, ev.ACTION_PLANNED,
+                            ev.STEP_FINISHED, ev.RUN_INTERRUPTED})
 # An event is stamped before its line is written, so its journal's mtime is no earlier than the
 # event; the margin covers file times kept by a coarser clock and a clock stepped back a little.
 MTIME_MARGIN = dt.timedelta(minutes=5)
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What cooldowns and budgets count of one journal's events, taken in the order written."""
+
+    events: list[ev.Event] = dataclasses.field(default_factory=list)  # applied, or possibly applied
+    in_doubt: dict[tuple[str, str | None], ev.Event] = dataclasses.field(default_factory=dict)  # (run, step)
+
+    def add(self, event: ev.Event) -> None:
+        if event.type in COUNTED_TYPES:
+            self.events.append(event)
+        if event.type == IN_DOUBT_TYPE:
+            self.in_doubt[(event.run, event.step)] = event
+        elif event.type in SETTLING_TYPES:
+            self.in_doubt.pop((event.run, event.step), None)
+        elif event.type == ev.RUN_FINISHED:
+            for key in [key for key in self.in_doubt if key[0] == event.run]:
+                del self.in_doubt[key]
+
+    def counted(self) -> list[ev.Event]:
+        return [*self.events, *self.in_doubt.values()]
+
+
+def counted_in(events: list[ev.Event]) -> list[ev.Event]:
+    """The events of one journal (in the order written) that cooldowns and budgets count."""
+    tally = _Tally()
+    for event in events:
+        tally.add(event)
+    return tally.counted()
 
 
 @dataclasses.dataclass
@@ -302,14 +341,16 @@ class _Counted:
 
     file: tuple[int, int]  # (st_dev, st_ino): a journal replaced by another file is read afresh
     offset: int = 0
-    events: list[ev.Event] = dataclasses.field(default_factory=list)
+    tally: _Tally = dataclasses.field(default_factory=_Tally)
     damaged: list[tuple[int, bytes]] = dataclasses.field(default_factory=list)  # (line number, its first bytes)
     lines: int = 0  # whole lines read so far
 
 
 _COUNTED: dict[Path, _Counted] = {}
 _COUNTED_LOCK = threading.Lock()
-_COUNTED_MARKERS = tuple(type.encode() for type in COUNTED_TYPES)  # a cheap test before parsing a line
+# Cheap tests before parsing a line: most lines need no parsing at all.
+_COUNTED_MARKERS = tuple(type.encode() for type in (*COUNTED_TYPES, IN_DOUBT_TYPE))
+_SETTLING_MARKERS = tuple(type.encode() for type in (*SETTLING_TYPES, ev.RUN_FINISHED))
 DAMAGED_KEPT = 4096  # bytes kept of a damaged application line: enough to see whose target it names
 
 
@@ -317,8 +358,10 @@ def counted_events(path: Path) -> list[ev.Event]:
     """The events of a journal that cooldowns and budgets count, reading only what was appended since
     the last call in this process (journals only grow); a bad line is skipped, as `read_journal` does.
 
-    Every guard check reads every journal written within its window: with a few dozen incidents in
-    the last hour, reading each whole on each check cost more than the change it guards.
+    Counted: each applied change, each whose outcome is unknown, and each confirmed change that
+    nothing settled (see IN_DOUBT_TYPE). Every guard check reads every journal written within its
+    window: with a few dozen incidents in the last hour, reading each whole on each check cost more
+    than the change it guards.
     """
     path = Path(path)
     try:
@@ -337,20 +380,22 @@ def counted_events(path: Path) -> list[ev.Event]:
             except OSError as exc:
                 raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
             whole = chunk.rfind(b"\n") + 1  # a torn last line is read once it is complete
+            tally = entry.tally
             for number, line in enumerate(chunk[:whole].split(b"\n")[:-1], start=entry.lines + 1):
-                if not any(marker in line for marker in _COUNTED_MARKERS):
-                    continue  # most lines: no need to parse them
+                counted = any(marker in line for marker in _COUNTED_MARKERS)
+                if not counted and not (tally.in_doubt and any(marker in line for marker in _SETTLING_MARKERS)):
+                    continue
                 try:
                     event = ev.parse_line(line)
                 except ValueError:
-                    entry.damaged.append((number, line[:DAMAGED_KEPT]))  # may be an application: never skipped
-                    continue
-                if event.type in COUNTED_TYPES:
-                    entry.events.append(event)
+                    if counted:  # may be an application: never skipped
+                        entry.damaged.append((number, line[:DAMAGED_KEPT]))
+                    continue  # a damaged line that may have settled a change leaves it counted
+                tally.add(event)
             entry.offset += whole
             entry.lines += chunk[:whole].count(b"\n")
         _COUNTED[path] = entry
-        return list(entry.events)
+        return entry.tally.counted()
 
 
 def damaged_counted(path: Path) -> list[tuple[int, bytes]]:
@@ -363,6 +408,13 @@ def damaged_counted(path: Path) -> list[tuple[int, bytes]]:
 
 class DamagedHistory(BackendError):
     """A journal line that may record a change to the target cannot be read: the count is unknown."""
+
+
+def _same_action(event: ev.Event, action: str | None) -> bool:
+    """Whether a counted event is an application of `action` (None: of any); a confirmation journaled
+    before confirmations named their action may be one of any."""
+    named = event.data.get("action")
+    return action is None or named == action or (named is None and event.type == IN_DOUBT_TYPE)
 
 
 def _may_concern(line: bytes, target: str) -> bool:
@@ -408,12 +460,11 @@ class History:
                         "cooldown and budget cannot be counted; repair the line from a backup, or move it to a file "
                         "of its own beside the journal once you have checked the target by hand")
         if self.extra is not None:
-            sources.append(self.extra.events())
+            sources.append(counted_in(self.extra.events()))
         for events in sources:
             for event in events:
                 key = (event.incident, event.run, event.seq)
-                if (event.type in COUNTED_TYPES and event.data.get("target") == target
-                        and (action is None or event.data.get("action") == action)
+                if (event.data.get("target") == target and _same_action(event, action)
                         and event.at >= since and key not in seen):
                     seen.add(key)
                     found.append(Application(event.incident, str(event.data.get("action") or ""), event.at))

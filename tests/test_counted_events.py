@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import pytest
+
 from runbook.journal import History, JsonlJournal, counted_events, read_journal
 from runbook.model import events as ev
 
@@ -73,8 +75,6 @@ def _damaged_journal(tmp_path, incident: str, damaged: bytes):
 
 
 def test_a_damaged_line_that_may_be_an_application_is_never_counted_as_none(tmp_path):
-    import pytest
-
     from runbook.errors import BackendError
     from runbook.journal import DamagedHistory
 
@@ -91,8 +91,6 @@ def test_a_damaged_line_that_may_be_an_application_is_never_counted_as_none(tmp_
 
 
 def test_a_damaged_application_line_naming_no_target_may_be_anyones(tmp_path):
-    import pytest
-
     from runbook.journal import DamagedHistory
 
     _damaged_journal(tmp_path, "inc-4", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"action.unknown","da')
@@ -104,3 +102,82 @@ def test_a_damaged_application_line_naming_no_target_may_be_anyones(tmp_path):
 def test_a_damaged_line_of_anything_else_is_not_a_reason_to_refuse(tmp_path):
     _damaged_journal(tmp_path, "inc-5", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"note","data":{"mess')
     assert History(tmp_path).records("llm/statefulset/vllm", since=AT) == []
+
+
+def _confirmed(journal: JsonlJournal, minutes: int, step: str = "s", **data) -> None:
+    journal.record(ev.ACTION_CONFIRMED, at=AT + dt.timedelta(minutes=minutes), step=step,
+                   data={"by": "alice", "how": "prompt", "target": "llm/statefulset/vllm", "action": "k8s.scale",
+                         **data})
+
+
+def test_a_confirmed_change_nothing_settled_counts_until_its_result_is_appended(tmp_path):
+    path = tmp_path / "incidents" / "inc-6" / "journal.jsonl"
+    journal = JsonlJournal(path, incident="inc-6", run="r1")
+    _confirmed(journal, 1)
+    assert [e.type for e in counted_events(path)] == [ev.ACTION_CONFIRMED]
+    assert History(tmp_path).applications("llm/statefulset/vllm", since=AT, action="k8s.scale") == \
+        [AT + dt.timedelta(minutes=1)]
+    assert History(tmp_path).applications("llm/statefulset/vllm", since=AT, action="k8s.set_arg") == []
+    applied(journal, 1)  # read on the next check: the confirmation is settled, the change counted once
+    assert [e.type for e in counted_events(path)] == [ev.ACTION_APPLIED]
+    journal.close()
+
+
+@pytest.mark.parametrize("settled_by", [
+    (ev.ACTION_FAILED, "s"),      # the apply said no change was made
+    (ev.ACTION_PLANNED, "s"),     # the apply found the target moved: planned again, nothing changed
+    (ev.STEP_FINISHED, "s"),      # refused after the yes (interrupted, the lock lost)
+    (ev.RUN_INTERRUPTED, "s"),    # a restart's verdict: not applied (an in-doubt one adds action.unknown)
+    (ev.RUN_FINISHED, None),      # the run's end settles every change of that run
+])
+def test_what_settles_a_confirmed_change(tmp_path, settled_by):
+    path = tmp_path / "incidents" / "inc-7" / "journal.jsonl"
+    journal = JsonlJournal(path, incident="inc-7", run="r1")
+    _confirmed(journal, 1)
+    assert len(counted_events(path)) == 1
+    kind, step = settled_by
+    journal.record(kind, at=AT + dt.timedelta(minutes=2), step=step, data={})
+    assert counted_events(path) == []
+    journal.close()
+
+
+def test_only_its_own_run_and_step_settle_a_confirmed_change(tmp_path):
+    path = tmp_path / "incidents" / "inc-8" / "journal.jsonl"
+    killed = JsonlJournal(path, incident="inc-8", run="r1")
+    _confirmed(killed, 1)
+    killed.record(ev.STEP_FINISHED, at=AT + dt.timedelta(minutes=1), step="another", data={})
+    killed.close()
+    rerun = JsonlJournal(path, incident="inc-8", run="r2")
+    rerun.record(ev.STEP_FINISHED, at=AT + dt.timedelta(minutes=2), step="s", data={})
+    rerun.record(ev.RUN_FINISHED, at=AT + dt.timedelta(minutes=2), data={"outcome": "resolved"})
+    rerun.close()
+    assert [(e.type, e.run) for e in counted_events(path)] == [(ev.ACTION_CONFIRMED, "r1")]
+
+
+def test_a_confirmation_journaled_before_they_named_their_action_counts_for_any(tmp_path):
+    path = tmp_path / "incidents" / "inc-9" / "journal.jsonl"
+    journal = JsonlJournal(path, incident="inc-9", run="r1")
+    _confirmed(journal, 1, action=None)
+    journal.close()
+    for action in ("k8s.scale", "k8s.set_arg", None):
+        assert len(History(tmp_path).applications("llm/statefulset/vllm", since=AT, action=action)) == 1
+
+
+def test_a_damaged_confirmation_line_refuses_the_count(tmp_path):
+    from runbook.journal import DamagedHistory
+
+    _damaged_journal(tmp_path, "inc-10", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"action.confirmed",'
+                                         b'"data":{"target":"llm/statefulset/vllm","by')
+    with pytest.raises(DamagedHistory, match=":2: an unreadable line may record a change applied to"):
+        History(tmp_path).records("llm/statefulset/vllm", since=AT)
+
+
+def test_the_runs_own_journal_counts_a_confirmation_nothing_settled_too(tmp_path):
+    from runbook.journal import MemoryJournal
+
+    journal = MemoryJournal("inc-11")
+    journal.record(ev.ACTION_CONFIRMED, at=AT, step="s", data={"target": "llm/statefulset/vllm", "action": "k8s.scale"})
+    history = History(None, extra=journal)
+    assert history.applications("llm/statefulset/vllm", since=AT) == [AT]
+    journal.record(ev.ACTION_FAILED, at=AT, step="s", data={"target": "llm/statefulset/vllm", "action": "k8s.scale"})
+    assert history.applications("llm/statefulset/vllm", since=AT) == []

@@ -564,6 +564,10 @@ class Engine:
         needs_person = not guard.unattended
         if not guard.confirm and not needs_person:
             by = "policy (confirm: false)"
+            # Journaled as a yes before the apply: a run killed before its result is written leaves
+            # the change in doubt, and the history counts a confirmation nothing settled as applied.
+            self._record(ev.ACTION_CONFIRMED, self.clock.now(), step=step.id,
+                         data={"by": by, "how": "guard confirm: false", "target": plan.target, "action": action})
         elif diff != confirmed_diff:
             # Asked again when a re-plan changed what would be done: the answer was to another diff.
             answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,
@@ -589,7 +593,7 @@ class Engine:
                 return refuse("confirm", f"{answer.reason} (asked {answer.by})", plan)
             by, confirmed_diff = answer.by, diff
             self._record(ev.ACTION_CONFIRMED, self.clock.now(), step=step.id,
-                         data={"by": by, "how": answer.reason or "prompt", "target": plan.target})
+                         data={"by": by, "how": answer.reason or "prompt", "target": plan.target, "action": action})
         stop = self.interrupted()
         if stop:
             return refuse("interrupted", f"{stop}; {plan.summary} was not applied", plan)
