@@ -93,6 +93,44 @@ def _stretches(readings: Sequence[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
+# What ends one plan of a change, first found after it in its run and step.
+PLAN_OUTCOMES = (ev.ACTION_APPLIED, ev.ACTION_UNKNOWN, ev.GUARD_REFUSED, ev.ACTION_SKIPPED, ev.ACTION_FAILED,
+                 ev.ACTION_PROPOSED, ev.RUN_INTERRUPTED)
+
+
+def _plan_events(events: Sequence[ev.Event], plan: ev.Event) -> list[ev.Event]:
+    """The events of the plan's run and step after it, up to (with) the next plan of that step."""
+    related: list[ev.Event] = []
+    for event in events:
+        if event.seq <= plan.seq or event.run != plan.run or event.step != plan.step:
+            continue
+        related.append(event)
+        if event.type == ev.ACTION_PLANNED:
+            break
+    return related
+
+
+def _plan_status(plan: ev.Event, outcome: ev.Event | None, confirmed: ev.Event | None, *, replanned: bool,
+                 run_ended: bool) -> str:
+    """What became of one plan, in the words of the report's actions table."""
+    if outcome is not None and outcome.type == ev.RUN_INTERRUPTED:
+        verdict = outcome.data.get("verdict")
+        if verdict in ("not_applied", "not_needed"):
+            return "not applied (checked after a restart)"
+        if verdict in ("unknown", "changed"):
+            return "outcome unknown after a restart (counted as applied; left to a person)"
+        outcome = None
+    if outcome is not None:
+        return {ev.ACTION_APPLIED: "applied", ev.ACTION_UNKNOWN: "outcome unknown (counted as applied)",
+                ev.GUARD_REFUSED: "refused", ev.ACTION_SKIPPED: "not applied", ev.ACTION_FAILED: "failed",
+                ev.ACTION_PROPOSED: "proposed (waiting for a person)"}[outcome.type]
+    if replanned:
+        return "planned again (the target moved before the apply; nothing applied)"
+    if confirmed is not None and not run_ended:
+        return "in doubt: the run stopped after the yes, before its result (counted as applied)"
+    return "planned (dry run)" if plan.data.get("dry_run") else "planned"
+
+
 def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
     if not events:
         raise ValueError("the journal has no events")
@@ -112,16 +150,15 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
     verified = [e for e in events if e.type == ev.VERIFY_PASSED]
     series_events = [e for e in events if e.type == ev.EVIDENCE and e.data.get("kind") == "series"]
 
+    ended_runs = {e.run for e in finished}
     actions = []
     for plan in planned:
-        related = [e for e in events if e.step == plan.step and e.seq > plan.seq]
+        related = _plan_events(events, plan)
         passed = next((e for e in related if e.type == ev.GUARD_PASSED), None)
-        outcome = next((e for e in related if e.type in (ev.ACTION_APPLIED, ev.GUARD_REFUSED, ev.ACTION_SKIPPED,
-                                                          ev.ACTION_FAILED)), None)
+        outcome = next((e for e in related if e.type in PLAN_OUTCOMES), None)
         confirmed = next((e for e in related if e.type == ev.ACTION_CONFIRMED), None)
-        status = {ev.ACTION_APPLIED: "applied", ev.GUARD_REFUSED: "refused", ev.ACTION_SKIPPED: "not applied",
-                  ev.ACTION_FAILED: "failed"}.get(outcome.type if outcome else "", "planned (dry run)"
-                                                  if plan.data.get("dry_run") else "planned")
+        replanned = bool(related) and related[-1].type == ev.ACTION_PLANNED
+        status = _plan_status(plan, outcome, confirmed, replanned=replanned, run_ended=plan.run in ended_runs)
         actions.append({
             "step": plan.step, "action": plan.data.get("action"), "target": plan.data.get("target"),
             "summary": plan.data.get("summary"), "before": inline(plan.data.get("before")),
@@ -131,7 +168,9 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
             "guards": [g.get("guard") for g in (passed.data.get("guards") if passed else [])],
             "refusal": ({"guard": outcome.data.get("guard"), "reason": outcome.data.get("reason")}
                         if outcome and outcome.type == ev.GUARD_REFUSED else None),
-            "note": outcome.data.get("reason") if outcome and outcome.type == ev.ACTION_SKIPPED else None,
+            "note": (outcome.data.get("reason") if outcome and outcome.type in (ev.ACTION_SKIPPED, ev.RUN_INTERRUPTED)
+                     else outcome.data.get("error") if outcome and outcome.type in (ev.ACTION_UNKNOWN, ev.ACTION_FAILED)
+                     else None),
         })
     refusals = [{"step": e.step, "guard": e.data.get("guard"), "reason": e.data.get("reason"), "at": _clock(e.at)}
                 for e in refused]

@@ -103,3 +103,14 @@ def test_a_run_that_ends_normally_leaves_nothing_in_doubt(tmp_path):
     assert len(applied) == 1
     # Its confirmation is settled by the result: counted once, as applied.
     assert History(state).applications(TARGET, since=AT - dt.timedelta(hours=1)) == applied
+
+
+def test_the_report_of_the_killed_run_says_the_change_is_in_doubt(tmp_path):
+    from runbook.reporting.rca import render_markdown
+
+    state = tmp_path / "state"
+    assert killed_run(state).returncode == -signal.SIGKILL
+    report = render_markdown(read_journal(state / "incidents" / "inc-killed" / "journal.jsonl").events)
+    row = next(line for line in report.splitlines() if line.startswith("| scale-down |"))
+    assert "in doubt: the run stopped after the yes, before its result (counted as applied)" in row, row
+    assert "policy (confirm: false)" in row
