@@ -174,8 +174,10 @@ class FakeCluster:
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int, tail_lines: int | None = None,
              limit_bytes: int | None = None, container: str | None = None, previous: bool = False,
-             timestamps: bool = False) -> list[PodLog]:
-        return [PodLog(p.name, "") for p in self.list_pods(namespace, selector)]
+             timestamps: bool = False, with_previous: bool = False) -> list[PodLog]:
+        pods = self.list_pods(namespace, selector)
+        return [PodLog(p.name, "", previous=earlier) for earlier in ((True, False) if with_previous else (previous,))
+                for p in pods]
 
 
 class FakeNodes:

@@ -88,3 +88,19 @@ def test_the_step_reads_as_json_without_python_reprs(tmp_path):
     finished = next(e for e in events if e.type == ev.STEP_FINISHED and e.step == "oom-in-logs")
     assert "66 lines matching" in finished.data["summary"] and "above 0/min in vllm-server-0" in finished.data["summary"]
     json.dumps(finished.data)
+
+
+def test_the_simulated_cluster_reads_both_logs_as_the_api_backend_does():
+    # Parity with tests/kubernetes/test_i16_7_pod_logs.py: every previous log first, then the running ones.
+    scenario = load_scenario("oom-surge")
+
+    def cluster():
+        return build_world(scenario, FakeClock(scenario.t0)).world_backends().cluster
+
+    both = cluster().logs("llm", {"app": "vllm-server"}, since_seconds=600, container="vllm", with_previous=True)
+    alone = cluster()
+    previous = alone.logs("llm", {"app": "vllm-server"}, since_seconds=600, container="vllm", previous=True)
+    current = alone.logs("llm", {"app": "vllm-server"}, since_seconds=600, container="vllm")
+    assert [(log.pod, log.previous) for log in both] == [(log.pod, log.previous) for log in [*previous, *current]]
+    assert [log.pod for log in both if log.absent] == ["vllm-server-0", "vllm-server-1"]
+    assert [log.text for log in both] == [log.text for log in [*previous, *current]]

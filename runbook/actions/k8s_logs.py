@@ -68,13 +68,13 @@ def read_logs(ctx: StepContext, p: LogsParams, namespace: str) -> tuple[dict[str
     selector = _selector(ctx, p, namespace)
     wanted = set(p.names or ())
     found: list[tuple[str, PodLog]] = []
-    for previous in {"current": [False], "previous": [True], "both": [True, False]}[p.read]:
-        for log in ctx.cluster.logs(namespace, selector, since_seconds=max(1, int(p.since)), tail_lines=p.tail_lines,
-                                    limit_bytes=p.limit_bytes, container=p.container, previous=previous,
-                                    timestamps=True):
-            if wanted and log.pod not in wanted:
-                continue
-            found.append((log.pod, log))
+    # `both` reads the previous and the running containers' logs of one listing of the pods.
+    for log in ctx.cluster.logs(namespace, selector, since_seconds=max(1, int(p.since)), tail_lines=p.tail_lines,
+                                limit_bytes=p.limit_bytes, container=p.container, previous=p.read == "previous",
+                                timestamps=True, with_previous=p.read == "both"):
+        if wanted and log.pod not in wanted:
+            continue
+        found.append((log.pod, log))
     return selector, found
 
 

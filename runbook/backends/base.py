@@ -196,6 +196,7 @@ class PodLog:
     text: str
     truncated: bool = False
     absent: bool = False  # previous=True and the container never restarted: there is no previous log
+    previous: bool = False  # the log of the container before the last restart
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,10 +278,12 @@ class Cluster(Protocol):
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
              tail_lines: int | None = None, limit_bytes: int | None = None,
-             container: str | None = None, previous: bool = False, timestamps: bool = False) -> list[PodLog]:
+             container: str | None = None, previous: bool = False, timestamps: bool = False,
+             with_previous: bool = False) -> list[PodLog]:
         """Each selected pod's log: the running container's, or with `previous` the one before its
         last restart (`absent` where there is none); `timestamps` puts the kubelet's RFC 3339 time
-        in front of each line."""
+        in front of each line. `with_previous`: both, of the pods of one listing, every previous log
+        first (`PodLog.previous`)."""
         ...
 
 

@@ -297,20 +297,29 @@ class SimCluster:
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int,
              tail_lines: int | None = None, limit_bytes: int | None = None,
-             container: str | None = None, previous: bool = False, timestamps: bool = False) -> list[PodLog]:
+             container: str | None = None, previous: bool = False, timestamps: bool = False,
+             with_previous: bool = False) -> list[PodLog]:
         if not selector:
             raise InvalidInput("reading logs needs a non-empty label selector")
         now = self._state.tick()
+        listed = sorted((p for p in self._state.pods.values() if p.namespace == namespace and
+                         all(p.labels.get(k) == str(v) for k, v in selector.items())), key=lambda p: p.name)
+        if with_previous:  # one listing, as the API backend reads both
+            return [*self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, True, timestamps),
+                    *self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, False, timestamps)]
+        return self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, previous, timestamps)
+
+    def _logs(self, listed, now, since_seconds: int, tail_lines: int | None, limit_bytes: int | None,
+              container: str | None, previous: bool, timestamps: bool) -> list[PodLog]:
         out = []
-        for pod in sorted((p for p in self._state.pods.values() if p.namespace == namespace and
-                           all(p.labels.get(k) == str(v) for k, v in selector.items())), key=lambda p: p.name):
+        for pod in listed:
             name = container or pod.containers[0].name
             c = pod.container(name)
             if c is None:
                 continue
             window = log_window(c, now, since_seconds, previous=previous)
             if window is None:  # previous=True and no restart: the API's 400, read as "no previous log"
-                out.append(PodLog(pod=pod.name, text="", absent=True))
+                out.append(PodLog(pod=pod.name, text="", absent=True, previous=True))
                 continue
             lines = _log_lines(self._state, pod, name, *window, timestamps=timestamps)
             if tail_lines is not None:
@@ -320,7 +329,7 @@ class SimCluster:
             if limit_bytes is not None and len(text.encode()) > limit_bytes:
                 text = text.encode()[:limit_bytes].decode(errors="ignore")
                 truncated = True
-            out.append(PodLog(pod=pod.name, text=text, truncated=truncated))
+            out.append(PodLog(pod=pod.name, text=text, truncated=truncated, previous=previous))
         return out
 
 

@@ -57,3 +57,18 @@ def test_a_previous_log_is_asked_only_of_pods_whose_status_shows_a_restart(k8s, 
     assert asked == ["vllm-server-2"]
     assert previous["vllm-server-0"].absent and previous["vllm-server-1"].absent
     assert "OutOfMemoryError" in previous["vllm-server-2"].text
+
+
+def test_both_logs_come_from_one_listing_of_the_pods(k8s, cluster):
+    # `read: both` (oom-in-logs): the previous and the running containers' logs of the same pods,
+    # one list request, not one per kind of log.
+    k8s.kubelet.log("llm", "vllm-server-1", "vllm", "torch.OutOfMemoryError: CUDA out of memory")
+    k8s.restart_container("llm", "vllm-server-1", "vllm", reason="Error", exit_code=1)
+    k8s.kubelet.log("llm", "vllm-server-1", "vllm", "INFO:     Started server process [1]")
+    lists = len([s for s in k8s.seen if s.resource == "pods" and s.verb == "list"])
+    logs = cluster.logs("llm", {"app": "vllm-server"}, since_seconds=600, with_previous=True)
+    assert len([s for s in k8s.seen if s.resource == "pods" and s.verb == "list"]) == lists + 1
+    assert [(log.pod, log.previous, log.absent) for log in logs] == [
+        ("vllm-server-0", True, True), ("vllm-server-1", True, False), ("vllm-server-2", True, True),
+        ("vllm-server-0", False, False), ("vllm-server-1", False, False), ("vllm-server-2", False, False)]
+    assert "OutOfMemoryError" in logs[1].text and "OutOfMemoryError" not in logs[4].text

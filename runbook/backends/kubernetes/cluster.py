@@ -275,13 +275,14 @@ class KubernetesCluster:
 
     def logs(self, namespace: str, selector: Mapping[str, str], *, since_seconds: int, tail_lines: int | None = None,
              limit_bytes: int | None = None, container: str | None = None, previous: bool = False,
-             timestamps: bool = False) -> list[PodLog]:
+             timestamps: bool = False, with_previous: bool = False) -> list[PodLog]:
         if since_seconds <= 0:
             raise InvalidInput(f"since_seconds must be positive, got {since_seconds}")
         cap = limit_bytes if limit_bytes is not None else MAX_LOG_BYTES
+        which = (True, False) if with_previous else (previous,)
         return read_pod_logs(self.api, namespace, self.list_pods(namespace, selector), since_seconds=since_seconds,
                              cap=cap, tail_lines=tail_lines, limit_bytes=limit_bytes, container=container,
-                             previous=previous, timestamps=timestamps)
+                             which=which, timestamps=timestamps)
 
     def close(self) -> None:
         self.executor.close()

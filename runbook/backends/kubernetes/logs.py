@@ -32,15 +32,18 @@ def _never_restarted(pod: Pod, container: str | None) -> bool:
 
 def read_pod_logs(api: KubeApi, namespace: str, pods: Sequence[Pod], *, since_seconds: int, cap: int,
                   tail_lines: int | None, limit_bytes: int | None, container: str | None,
-                  previous: bool, timestamps: bool) -> list[PodLog]:
-    """One `PodLog` per pod, in the pods' order, read with `read_namespaced_pod_log` (at most `cap`
-    bytes each), up to READS_AT_ONCE at a time: a fleet's logs are one round trip deep, not one per pod."""
+                  which: Sequence[bool], timestamps: bool) -> list[PodLog]:
+    """One `PodLog` per pod and log in `which` (previous or not), in that order and the pods' order,
+    read with `read_namespaced_pod_log` (at most `cap` bytes each), up to READS_AT_ONCE at a time: a
+    fleet's logs are one round trip deep, not one per pod."""
 
-    def read(pod: Pod) -> PodLog:
+    def read(asked: tuple[Pod, bool]) -> PodLog:
+        pod, previous = asked
         if pod.phase == "Pending" and not previous:
             return PodLog(pod.name, "")  # no container has started: nothing was logged yet
         if previous and _never_restarted(pod, container):
-            return PodLog(pod.name, "", absent=True)  # what the API's 400 would have said, one round trip sooner
+            # What the API's 400 would have said, one round trip sooner.
+            return PodLog(pod.name, "", absent=True, previous=True)
         which = "previous log" if previous else "log"
         try:
             data = api.call(f"read the {which} of {namespace}/{pod.name}", api.core.read_namespaced_pod_log,
@@ -49,12 +52,13 @@ def read_pod_logs(api: KubeApi, namespace: str, pods: Sequence[Pod], *, since_se
                             timestamps=timestamps, max_bytes=cap + 1)
         except InvalidInput as exc:
             if previous and _no_previous(exc):
-                return PodLog(pod.name, "", absent=True)
+                return PodLog(pod.name, "", absent=True, previous=True)
             raise
-        return PodLog(pod.name, data[:cap].decode("utf-8", errors="replace"), len(data) >= cap)
+        return PodLog(pod.name, data[:cap].decode("utf-8", errors="replace"), len(data) >= cap, previous=previous)
 
-    if len(pods) <= 1:
-        return [read(pod) for pod in pods]
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(READS_AT_ONCE, len(pods)),
+    asked = [(pod, previous) for previous in which for pod in pods]
+    if len(asked) <= 1:
+        return [read(one) for one in asked]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(READS_AT_ONCE, len(asked)),
                                                thread_name_prefix="runbook-logs") as pool:
-        return list(pool.map(read, pods))  # the first failure is raised, as a read one after another would
+        return list(pool.map(read, asked))  # the first failure is raised, as a read one after another would
