@@ -567,7 +567,7 @@ class Engine:
             # Journaled as a yes before the apply: a run killed before its result is written leaves
             # the change in doubt, and the history counts a confirmation nothing settled as applied.
             self._record(ev.ACTION_CONFIRMED, self.clock.now(), step=step.id,
-                         data={"by": by, "how": "guard confirm: false", "target": plan.target, "action": action})
+                         data={"by": by, "how": "not asked", "target": plan.target, "action": action})
         elif diff != confirmed_diff:
             # Asked again when a re-plan changed what would be done: the answer was to another diff.
             answer = self.operator.confirm(ConfirmRequest(self.journal.incident, step.id, action, plan.target,

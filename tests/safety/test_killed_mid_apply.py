@@ -67,7 +67,7 @@ def test_a_change_whose_run_was_killed_before_its_record_counts_in_the_next_cool
     assert_sequence(killed, [ev.RUN_STARTED, ev.ACTION_PLANNED, ev.GUARD_PASSED, ev.ACTION_CONFIRMED],
                     forbidden=(ev.ACTION_APPLIED, ev.ACTION_UNKNOWN, ev.STEP_FINISHED, ev.RUN_FINISHED))
     confirmed = next(e for e in killed if e.type == ev.ACTION_CONFIRMED)
-    assert confirmed.data == {"by": "policy (confirm: false)", "how": "guard confirm: false", "target": TARGET,
+    assert confirmed.data == {"by": "policy (confirm: false)", "how": "not asked", "target": TARGET,
                               "action": "k8s.scale"}
     assert History(state).applications(TARGET, since=AT - dt.timedelta(hours=1)) == [confirmed.at]
 
