@@ -8,6 +8,7 @@ included. A string that is one `{{ expression }}` keeps the expression's type, s
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -78,6 +79,21 @@ _ENV.globals["range"] = limits.bounded_range
 del _ENV.globals["lipsum"]  # n paragraphs of filler text: nothing a playbook needs, and unbounded
 
 
+# Compiled once per source: a playbook's templates repeat on every step, run and fan-out, and
+# compiling one costs more than rendering it. A compiled template holds no render's state.
+COMPILED_KEPT = 1024
+
+
+@functools.lru_cache(maxsize=COMPILED_KEPT)
+def _expression(expression: str) -> Any:
+    return _ENV.compile_expression(expression, undefined_to_none=False)
+
+
+@functools.lru_cache(maxsize=COMPILED_KEPT)
+def _template(source: str) -> jinja2.Template:
+    return _ENV.from_string(source)
+
+
 def is_template(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
@@ -125,7 +141,7 @@ def evaluate(expression: str, context: Mapping[str, Any]) -> Any:
     """The value of one Jinja2 expression (a `when`, or a whole `{{ … }}` param)."""
     try:
         with limits.budget():
-            compiled = _ENV.compile_expression(expression, undefined_to_none=False)
+            compiled = _expression(expression)
             value = limits.check_size(compiled(**context), "the expression's value")
     except Exception as exc:  # Jinja2 raises many kinds; each becomes one clear TemplateError
         raise _explain(exc, expression) from exc
@@ -156,7 +172,7 @@ def _render_text(source: str, context: Mapping[str, Any]) -> str:
     length = 0
     try:
         with limits.budget():
-            for piece in _ENV.from_string(source).generate(**context):
+            for piece in _template(source).generate(**context):
                 length += len(piece)
                 if length > MAX_RENDERED:
                     raise TemplateError(f"{source[:60]!r} rendered to more than {MAX_RENDERED} characters, "

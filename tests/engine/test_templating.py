@@ -151,3 +151,14 @@ def test_f6_ordinary_templates_still_render():
     assert templating.render_value("{{ '%d pods' % params.n }}", CONTEXT) == "3 pods"
     assert templating.render_value("{{ ['a', 'b']|join(', ') }}", CONTEXT) == "a, b"
     assert templating.render_value("{{ 0.9|percent }}", CONTEXT) == "90%"
+
+
+def test_a_compiled_template_is_reused_and_holds_no_renders_state():
+    templating._expression.cache_clear()
+    templating._template.cache_clear()
+    for n in (1, 2, 3):
+        assert templating.render_value("{{ params.n * 2 }}", {"params": {"n": n}}) == n * 2
+        assert templating.render_value("n={{ params.n }}", {"params": {"n": n}}) == f"n={n}"
+    assert templating._expression.cache_info().hits == 2 and templating._template.cache_info().hits == 2
+    with pytest.raises(TemplateError, match="missing"):
+        templating.render_value("{{ params.n }}", {"params": {}})  # the cached expression still refuses a gap
