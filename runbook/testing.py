@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import (CommandResult, ContainerSpec, ContainerStatus, HttpResponse, NodeInfo, Pod, PodLog,
-                                   Sample, Series, Workload)
+                                   Sample, Series, Workload, logs_asked)
 from runbook.errors import BackendUnavailable, Conflict, InvalidInput, NotFound, StalePlan
 
 Value = float | Callable[[dt.datetime], float]
@@ -176,8 +176,7 @@ class FakeCluster:
              limit_bytes: int | None = None, container: str | None = None, previous: bool = False,
              timestamps: bool = False, with_previous: bool = False) -> list[PodLog]:
         pods = self.list_pods(namespace, selector)
-        return [PodLog(p.name, "", previous=earlier) for earlier in ((True, False) if with_previous else (previous,))
-                for p in pods]
+        return [PodLog(p.name, "", previous=earlier) for earlier in logs_asked(previous, with_previous) for p in pods]
 
 
 class FakeNodes:

@@ -199,6 +199,11 @@ class PodLog:
     previous: bool = False  # the log of the container before the last restart
 
 
+def logs_asked(previous: bool, with_previous: bool) -> tuple[bool, ...]:
+    """The logs `Cluster.logs` reads, in its answer's order: True the previous container's, False the running one's."""
+    return (True, False) if with_previous else (previous,)
+
+
 @dataclasses.dataclass(frozen=True)
 class HttpResponse:
     status: int

@@ -31,7 +31,7 @@ from collections.abc import Mapping, Sequence
 
 from runbook.backends.base import (
     WORKLOAD_KINDS, Autoscaler, CommandResult, ContainerSpec, HttpResponse, NodeInfo, Pod, PodLog, Sample, Series, TrafficRoute, World,
-    Workload,
+    Workload, logs_asked,
 )
 from runbook.sim.commands import run_in_pod, run_on_node
 from runbook.sim.autoscalers import SimAutoscalers
@@ -304,12 +304,11 @@ class SimCluster:
         now = self._state.tick()
         listed = sorted((p for p in self._state.pods.values() if p.namespace == namespace and
                          all(p.labels.get(k) == str(v) for k, v in selector.items())), key=lambda p: p.name)
-        if with_previous:  # one listing, as the API backend reads both
-            return [*self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, True, timestamps),
-                    *self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, False, timestamps)]
-        return self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, previous, timestamps)
+        # One listing for both logs, as the API backend reads them.
+        return [log for earlier in logs_asked(previous, with_previous)
+                for log in self._logs(listed, now, since_seconds, tail_lines, limit_bytes, container, earlier, timestamps)]
 
-    def _logs(self, listed, now, since_seconds: int, tail_lines: int | None, limit_bytes: int | None,
+    def _logs(self, listed: list, now: dt.datetime, since_seconds: int, tail_lines: int | None, limit_bytes: int | None,
               container: str | None, previous: bool, timestamps: bool) -> list[PodLog]:
         out = []
         for pod in listed:

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, PodLog, Workload
+from runbook.backends.base import CommandResult, ContainerSpec, NodeInfo, Pod, PodLog, Workload, logs_asked
 from runbook.backends.kubernetes.api import ApiFailure, KubeApi, Settings
 from runbook.backends.kubernetes.pod_exec import Executor
 from runbook.backends.kubernetes.logs import read_pod_logs
@@ -279,10 +279,9 @@ class KubernetesCluster:
         if since_seconds <= 0:
             raise InvalidInput(f"since_seconds must be positive, got {since_seconds}")
         cap = limit_bytes if limit_bytes is not None else MAX_LOG_BYTES
-        which = (True, False) if with_previous else (previous,)
         return read_pod_logs(self.api, namespace, self.list_pods(namespace, selector), since_seconds=since_seconds,
                              cap=cap, tail_lines=tail_lines, limit_bytes=limit_bytes, container=container,
-                             which=which, timestamps=timestamps)
+                             which=logs_asked(previous, with_previous), timestamps=timestamps)
 
     def close(self) -> None:
         self.executor.close()

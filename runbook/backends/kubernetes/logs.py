@@ -44,9 +44,9 @@ def read_pod_logs(api: KubeApi, namespace: str, pods: Sequence[Pod], *, since_se
         if previous and _never_restarted(pod, container):
             # What the API's 400 would have said, one round trip sooner.
             return PodLog(pod.name, "", absent=True, previous=True)
-        which = "previous log" if previous else "log"
+        kind = "previous log" if previous else "log"
         try:
-            data = api.call(f"read the {which} of {namespace}/{pod.name}", api.core.read_namespaced_pod_log,
+            data = api.call(f"read the {kind} of {namespace}/{pod.name}", api.core.read_namespaced_pod_log,
                             pod.name, namespace, container=container, since_seconds=since_seconds,
                             tail_lines=tail_lines, limit_bytes=limit_bytes, previous=previous,
                             timestamps=timestamps, max_bytes=cap + 1)
