@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
 from runbook.errors import BackendError, BackendUnavailable
@@ -27,27 +28,47 @@ class Outcome(Generic[Target, Result]):
 def fan_out(targets: Sequence[Target], work: Callable[[Target], Result], *, pool_size: int,
             deadline: float, describe: Callable[[Target], str] = str) -> list[Outcome[Target, Result]]:
     """`work(target)` for each target; a BackendError or the deadline becomes that target's error."""
-    if not targets:
-        return []
-    if len(targets) == 1 or pool_size <= 1:
-        return [_one(target, work) for target in targets]
-    executor = concurrent.futures.ThreadPoolExecutor(max_workers=min(pool_size, len(targets)),
-                                                     thread_name_prefix="runbook-fanout")
-    try:
-        futures = [executor.submit(_one, target, work) for target in targets]
-        concurrent.futures.wait(futures, timeout=deadline)
-        outcomes = []
-        for target, future in zip(targets, futures):
-            if future.done():
-                outcomes.append(future.result())
-            else:
+    with fan_out_in_order(targets, work, pool_size=pool_size, deadline=deadline, describe=describe) as outcomes:
+        return list(outcomes)
+
+
+class fan_out_in_order(Generic[Target, Result]):  # noqa: N801 - used as a function, in a `with`
+    """The same fan-out, each outcome handed over as soon as it and every one before it are in.
+
+    The caller reads (parses, journals) the first targets' answers while the later ones are still
+    in flight, instead of after the slowest: on a fleet that work is off the step's critical path.
+    Used in a `with`, so that leaving early (an error while journaling) stops the pool at once.
+    """
+
+    def __init__(self, targets: Sequence[Target], work: Callable[[Target], Result], *, pool_size: int,
+                 deadline: float, describe: Callable[[Target], str] = str):
+        self._targets, self._work, self._describe = list(targets), work, describe
+        self._pool_size, self._deadline = pool_size, deadline
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> Iterator[Outcome[Target, Result]]:
+        if len(self._targets) <= 1 or self._pool_size <= 1:
+            return (_one(target, self._work) for target in self._targets)
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(self._pool_size, len(self._targets)), thread_name_prefix="runbook-fanout")
+        ends = time.monotonic() + self._deadline
+        futures = [self._executor.submit(_one, target, self._work) for target in self._targets]
+        return self._in_order(futures, ends)
+
+    def _in_order(self, futures: list[concurrent.futures.Future], ends: float) -> Iterator[Outcome[Target, Result]]:
+        for target, future in zip(self._targets, futures):
+            try:
+                # A finished one is handed over even past the deadline: only what is missing times out.
+                yield future.result(timeout=max(0.0, ends - time.monotonic()))
+            except concurrent.futures.TimeoutError:
                 future.cancel()
-                outcomes.append(Outcome(target, None, BackendUnavailable(
-                    f"{describe(target)} did not answer within the step's deadline of {deadline:g}s")))
-        return outcomes
-    finally:
-        # Stragglers are bounded by their own backend timeouts; the step does not wait for them.
-        executor.shutdown(wait=False, cancel_futures=True)
+                yield Outcome(target, None, BackendUnavailable(
+                    f"{self._describe(target)} did not answer within the step's deadline of {self._deadline:g}s"))
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._executor is not None:
+            # Stragglers are bounded by their own backend timeouts; the step does not wait for them.
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def _one(target: Target, work: Callable[[Target], Result]) -> Outcome[Target, Result]:

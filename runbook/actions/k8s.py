@@ -15,8 +15,9 @@ import pydantic
 from runbook import flags as flag_values
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
-from runbook.actions.fanout import fan_out
+from runbook.actions.fanout import fan_out_in_order
 from runbook.actions import base
+from runbook.backends.base import CommandResult
 from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods
 from runbook.parsers import nvidia_smi, procs, sockets
 from runbook.parsers.errors import ParseError
@@ -100,29 +101,23 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
     def run_in(pod):
         return ctx.cluster.exec(pod.namespace, pod.name, p.container, p.command, timeout=p.timeout)
 
-    for done in fan_out(chosen, run_in, pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
-                        describe=lambda pod: f"pod {pod.name}"):
-        pod, out = done.target, done.result
-        if out is None:
-            errors[pod.name] = str(done.error)
-            continue
-        answer: dict = {"exit_code": out.exit_code, "stdout": out.stdout[:MAX_OUTPUT_CHARS],
-                        "stderr": out.stderr[:2000], "truncated": out.truncated or len(out.stdout) > MAX_OUTPUT_CHARS}
-        if out.exit_code != 0 and p.parse != "ps":
-            errors[pod.name] = f"exit code {out.exit_code}: {out.stderr.strip()[:300]}"
-        else:
-            try:
-                parsed, bad = _judge(p, out.stdout)
-            except ParseError as exc:
-                errors[pod.name] = f"could not read the output: {exc}"
-                parsed, bad = {}, None
-            answer["parsed"] = parsed
-            if bad:
+    # Each pod's answer is read and journaled while the later pods' execs are still running.
+    with fan_out_in_order(chosen, run_in, pool_size=ctx.pool_size, deadline=max(ctx.timeout, p.timeout + 5),
+                          describe=lambda pod: f"pod {pod.name}") as outcomes:
+        for done in outcomes:
+            pod, out = done.target, done.result
+            if out is None:
+                errors[pod.name] = str(done.error)
+                continue
+            answer = _read_answer(p, out)
+            if "error" in answer:
+                errors[pod.name] = answer.pop("error")
+            if "unhealthy" in answer:
                 unhealthy.append(pod.name)
-                reasons[pod.name] = bad
-        answers[pod.name] = answer
-        ctx.evidence("command", f"{' '.join(p.command)} in {pod.name}/{p.container}", pod=pod.name,
-                     command=p.command, **answer)
+                reasons[pod.name] = answer.pop("unhealthy")
+            answers[pod.name] = answer
+            ctx.evidence("command", f"{' '.join(p.command)} in {pod.name}/{p.container}", pod=pod.name,
+                         command=p.command, **answer)
     summary = f"ran `{' '.join(p.command)}` in {len(answers)} pod(s)"
     if unhealthy:
         summary += "; unhealthy: " + ", ".join(f"{n} ({reasons[n]})" for n in unhealthy)
@@ -130,6 +125,24 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
         summary += "; no answer from " + ", ".join(sorted(errors))
     return ActionResult.ok(summary, answers=answers, unhealthy=unhealthy, reasons=reasons, errors=errors,
                            at=ctx.now.isoformat() if isinstance(ctx.now, dt.datetime) else None)
+
+
+def _read_answer(p: ExecParams, out: CommandResult) -> dict:
+    """One pod's answer as journaled, with `error` (no usable output) or `unhealthy` (why) to take out."""
+    answer: dict = {"exit_code": out.exit_code, "stdout": out.stdout[:MAX_OUTPUT_CHARS],
+                    "stderr": out.stderr[:2000], "truncated": out.truncated or len(out.stdout) > MAX_OUTPUT_CHARS}
+    if out.exit_code != 0 and p.parse != "ps":
+        answer["error"] = f"exit code {out.exit_code}: {out.stderr.strip()[:300]}"
+        return answer
+    try:
+        parsed, bad = _judge(p, out.stdout)
+    except ParseError as exc:
+        answer["error"] = f"could not read the output: {exc}"
+        parsed, bad = {}, None
+    answer["parsed"] = parsed
+    if bad:
+        answer["unhealthy"] = bad
+    return answer
 
 
 class WorkloadParams(ActionParams):
