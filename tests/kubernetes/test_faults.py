@@ -166,3 +166,21 @@ def test_a_retried_delete_never_deletes_the_replacement(k8s, cluster):
     replacement = k8s.get("Pod", "llm", "vllm-server-0")
     assert replacement["metadata"]["uid"] != pod.uid
     assert len([p for p in k8s.pods() if p["metadata"]["labels"].get("app") == "vllm-server"]) == 3
+
+
+def test_closing_the_cluster_closes_every_connection_it_opened(k8s, kubeconfig):
+    """After a refused request too: its error keeps the response (and so its pool) alive, and urllib3's
+    PoolManager.clear() alone left such a pool's connection open until the garbage collector ran."""
+    cluster = connect_cluster(kubeconfig, retries=0)
+    try:
+        k8s.inject(method="GET", path=r"/pods$", status=503, times=1)
+        with pytest.raises(BackendUnavailable) as refused:
+            cluster.list_pods("llm", {"app": "vllm-server"})
+        assert cluster.list_pods("llm", {"app": "vllm-server"})
+        manager = cluster.api.client.rest_client.pool_manager
+        opened = [conn for key in manager.pools.keys() for conn in list(manager.pools.get(key).pool.queue) if conn]
+        assert opened and all(conn.sock is not None for conn in opened)
+    finally:
+        cluster.close()
+    assert all(conn.sock is None for conn in opened), "a connection to the API server is still open"
+    assert "503" in str(refused.value) or "unavailable" in str(refused.value).lower()

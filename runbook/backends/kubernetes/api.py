@@ -187,4 +187,15 @@ class KubeApi:
                 raise BackendUnavailable(f"{what}: the API server at {self.host} did not answer with JSON") from None
 
     def close(self) -> None:
+        """Close every connection to the API server now.
+
+        The client's close clears urllib3's PoolManager, and `clear()` (urllib3 2.x) only forgets its
+        pools: a pool still referenced (by the response an error carries, in a traceback kept for a
+        report) keeps its idle connections open until the garbage collector finds it.
+        """
+        pools = self.client.rest_client.pool_manager.pools
+        for key in pools.keys():
+            pool = pools.get(key)
+            if pool is not None:
+                pool.close()
         self.client.close()
