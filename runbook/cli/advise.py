@@ -12,7 +12,8 @@ from runbook.cli.output import output_option
 @click.argument("workload", required=False)
 @click.option("-f", "--filename", "manifest", type=click.Path(dir_okay=False), default=None,
               help="A manifest file (multi-document YAML): its Deployments, StatefulSets, DaemonSets and Pods.")
-@click.option("--namespace", "-n", default="default", show_default=True, help="Namespace of WORKLOAD.")
+@click.option("--namespace", "-n", default=None,
+              help="Namespace of WORKLOAD [default: the kubeconfig context's namespace, else default].")
 @click.option("--gpu", "gpu_name", default=None, shell_complete=lambda ctx, param, incomplete: _gpu_names(incomplete),
               help="The GPU (A100-80, H100-80, H200-141, L4-24, A10G-24, …).")
 @click.option("--gpu-memory-gib", type=float, default=None, help="One GPU's memory in GiB, for a GPU not in the table.")
@@ -31,7 +32,7 @@ from runbook.cli.output import output_option
               help="kubeconfig context to use; never guessed when several exist.")
 @click.option("--in-cluster", is_flag=True, default=False, help="Use the pod's service account.")
 @output_option
-def advise(workload: str | None, manifest: str | None, namespace: str, gpu_name: str | None,
+def advise(workload: str | None, manifest: str | None, namespace: str | None, gpu_name: str | None,
            gpu_memory_gib: float | None, model_name: str | None, model_config: str | None,
            avg_concurrency: int | None, p95_prompt_tokens: int | None, config_path: str | None,
            kubeconfig: str | None, kube_context: str | None, in_cluster: bool, output: str) -> None:
@@ -55,8 +56,10 @@ def advise(workload: str | None, manifest: str | None, namespace: str, gpu_name:
     gpu = gpu_by_name(gpu_name) if gpu_name else gpu_by_memory(gpu_memory_gib) if gpu_memory_gib is not None else None
     options = Options(gpu=gpu, model=model_name, model_config=model_config, avg_concurrency=avg_concurrency,
                       p95_prompt_tokens=p95_prompt_tokens)
-    specs = _from_file(manifest) if manifest is not None else _from_cluster(
-        workload, namespace, config_path, kubeconfig, kube_context, in_cluster)
+    if manifest is not None:
+        specs = _from_file(manifest)
+    else:
+        specs, namespace = _from_cluster(workload, namespace, config_path, kubeconfig, kube_context, in_cluster)
     advice = [a for spec in specs for a in advise_workload(spec, options)]
     if not advice:
         looked = ", ".join(f"{s.ref} (containers: {', '.join(str(c.get('name')) for c in s.pod_spec.get('containers') or []) or 'none'})"
@@ -89,8 +92,9 @@ def _from_file(path: str) -> list:
     return read_manifest(path)
 
 
-def _from_cluster(ref: str, namespace: str, config_path: str | None, kubeconfig: str | None,
-                  kube_context: str | None, in_cluster: bool) -> list:
+def _from_cluster(ref: str, namespace: str | None, config_path: str | None, kubeconfig: str | None,
+                  kube_context: str | None, in_cluster: bool) -> tuple[list, str]:
+    """(the workload's specs, the namespace read: -n, else the context's as kubectl has it)."""
     from runbook.advise.manifest import workloads_in
     from runbook.backends.kubernetes.connect import connect
     from runbook.backends.kubernetes.workload_object import parse_ref, read_workload_object
@@ -102,11 +106,12 @@ def _from_cluster(ref: str, namespace: str, config_path: str | None, kubeconfig:
     if cluster is None:
         raise NotConfigured("no cluster to read the workload from: pass --kubeconfig (or set KUBECONFIG) and "
                             "--context, or --in-cluster, or give a manifest with -f")
+    namespace = namespace or cluster.default_namespace
     try:
         obj = read_workload_object(cluster, namespace, ref)
     finally:
         cluster.close()
-    return workloads_in(obj, f"{ref} in {namespace} (live)")
+    return workloads_in(obj, f"{ref} in {namespace} (live)"), namespace
 
 
 def _print_text(advice: list) -> None:

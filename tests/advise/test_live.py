@@ -54,3 +54,16 @@ def test_a_bad_reference_is_refused_before_any_connection():
     result = runbook("advise", "statefulset/vllm-server", "-n", "llm", env={"KUBECONFIG": ""})
     assert result.exit_code == 2
     assert "no cluster to read the workload from" in result.stderr
+
+
+def test_without_n_the_kubeconfig_contexts_namespace_is_read(k8s, tmp_path):
+    """As kubectl: the context's namespace (llm in this kubeconfig), and `default` where it names none."""
+    llm = k8s.kubeconfig(tmp_path / "llm")
+    result = runbook("advise", "statefulset/vllm-server", "--kubeconfig", str(llm), "--gpu", "A10G-24", "-o", "json")
+    assert result.exit_code == 10, result.output
+    [advice] = json.loads(result.stdout)["workloads"]
+    assert advice["where"] == "statefulset/vllm-server in llm (live) containers[0]"
+    unset = k8s.kubeconfig(tmp_path / "unset", namespace="")
+    result = runbook("advise", "statefulset/vllm-server", "--kubeconfig", str(unset), "--gpu", "A10G-24")
+    assert result.exit_code == 1 and "Traceback" not in result.stderr
+    assert "in default" in result.stderr, result.stderr

@@ -10,16 +10,19 @@ import sys
 import pytest
 import yaml
 
-from runbook.backends.kubernetes.connect import connect
+from runbook.backends.kubernetes.connect import _service_account_namespace, connect
 from runbook.config import EMPTY, Config
 from runbook.errors import InvalidInput
 
 
-def _kubeconfig(path, contexts, current=None):
+def _kubeconfig(path, contexts, current=None, namespaces=None):
+    namespaces = namespaces or {}
     doc = {"apiVersion": "v1", "kind": "Config",
            "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:6443"}}],
            "users": [{"name": "u", "user": {"token": "t"}}],
-           "contexts": [{"name": n, "context": {"cluster": "c", "user": "u"}} for n in contexts]}
+           "contexts": [{"name": n, "context": {"cluster": "c", "user": "u",
+                                                **({"namespace": namespaces[n]} if n in namespaces else {})}}
+                        for n in contexts]}
     if current:
         doc["current-context"] = current
     path.write_text(yaml.safe_dump(doc))
@@ -95,3 +98,22 @@ def test_the_config_section_is_validated(tmp_path):
         connect(Config(None, {"kubernetes": {"contxt": "a"}}))
     with pytest.raises(InvalidInput, match="request_timeout"):
         connect(Config(None, {"kubernetes": {"request_timeout": 0}}))
+
+
+def test_the_namespace_without_n_is_the_contexts_else_default_as_in_kubectl(tmp_path):
+    first = _kubeconfig(tmp_path / "one", ["serving", "plain"], namespaces={"serving": "llm"})
+    # The first file that names a context wins, its namespace with it (kubectl's merge).
+    second = _kubeconfig(tmp_path / "two", ["serving"], namespaces={"serving": "elsewhere"})
+    for context, expected in (("serving", "llm"), ("plain", "default")):
+        cluster = connect(EMPTY, kubeconfig=f"{first}{os.pathsep}{second}", context=context)
+        try:
+            assert cluster.default_namespace == expected
+        finally:
+            cluster.close()
+
+
+def test_in_cluster_the_namespace_is_the_pods_own(tmp_path):
+    written = tmp_path / "namespace"
+    written.write_text("llm\n")
+    assert _service_account_namespace(written) == "llm"
+    assert _service_account_namespace(tmp_path / "absent") == "default"

@@ -39,9 +39,11 @@ def _blocked_by_pdb(failure: ApiFailure) -> bool:
 
 
 class KubernetesCluster:
-    def __init__(self, api: KubeApi, *, settings: Settings):
+    def __init__(self, api: KubeApi, *, settings: Settings, default_namespace: str = "default"):
         self.api = api
         self.settings = settings
+        # What a command given no namespace means, as kubectl reads it: the context's, else "default".
+        self.default_namespace = default_namespace
         self.executor = Executor(api.configuration, host=api.host)
 
     def describe(self) -> str:

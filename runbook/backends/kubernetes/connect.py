@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["KubernetesSection", "connect", "load_client_configuration"]
 
 DEFAULT_KUBECONFIG = "~/.kube/config"
+DEFAULT_NAMESPACE = "default"  # where a context names none, as kubectl
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
 
 class KubernetesSection(pydantic.BaseModel):
@@ -54,29 +56,32 @@ def connect(config: Config, *, kubeconfig: str | None = None, context: str | Non
     if in_cluster and (kubeconfig or context):
         raise InvalidInput("give --in-cluster or a kubeconfig context, not both (the config file's kubernetes: "
                            "section counts too)")
-    configuration, chosen = load_client_configuration(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
-    return build(configuration, section, context=chosen)
+    configuration, chosen, namespace = _load(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
+    return build(configuration, section, context=chosen, namespace=namespace)
 
 
-def build(configuration: Any, section: KubernetesSection, *, context: str = "") -> "KubernetesCluster":
+def build(configuration: Any, section: KubernetesSection, *, context: str = "",
+          namespace: str = DEFAULT_NAMESPACE) -> "KubernetesCluster":
     from runbook.backends.kubernetes.api import KubeApi, Settings
     from runbook.backends.kubernetes.cluster import KubernetesCluster
 
     settings = Settings(connect_timeout=section.connect_timeout, request_timeout=section.request_timeout,
                         retries=section.retries, max_wait=section.max_retry_wait, evict=section.evict,
                         lock_namespace=section.lock_namespace, lease_seconds=section.lease_seconds)
-    return KubernetesCluster(KubeApi(configuration, settings, context=context), settings=settings)
+    return KubernetesCluster(KubeApi(configuration, settings, context=context), settings=settings,
+                             default_namespace=namespace)
 
 
-def _contexts(files: list[str]) -> list[str]:
-    """Context names across the kubeconfig files, merged as kubectl does (first one wins).
+def _contexts(files: list[str]) -> dict[str, str | None]:
+    """Context names across the kubeconfig files, each with its namespace (None where it sets none),
+    merged as kubectl does (first one wins).
 
     Read with runbook's own loader first: the client's plain safe_load would expand an alias
     bomb, and a key written twice would make it and us each pick one.
     """
     from runbook.loading.yamlsource import load_yaml, read_yaml_text
 
-    names: list[str] = []
+    names: dict[str, str | None] = {}
     for file in files:
         try:
             text = read_yaml_text(Path(file).expanduser())
@@ -90,14 +95,30 @@ def _contexts(files: list[str]) -> list[str]:
         if not isinstance(doc, dict):
             raise InvalidInput(f"the kubeconfig {file} is not a mapping")
         for entry in doc.get("contexts") or []:
-            if isinstance(entry, dict) and entry.get("name") and entry["name"] not in names:
-                names.append(str(entry["name"]))
+            if isinstance(entry, dict) and entry.get("name") and str(entry["name"]) not in names:
+                context = entry.get("context")
+                namespace = context.get("namespace") if isinstance(context, dict) else None
+                names[str(entry["name"])] = str(namespace) if namespace else None
     return names
 
 
 def load_client_configuration(*, kubeconfig: str | None, context: str | None,
                               in_cluster: bool) -> tuple[Any, str]:
     """(a fresh `kubernetes.client.Configuration`, the context used); the client's global default is untouched."""
+    configuration, chosen, _ = _load(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
+    return configuration, chosen
+
+
+def _service_account_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
+    """The pod's own namespace, as in-cluster clients (kubectl) default to; `default` where unreadable."""
+    try:
+        return path.read_text(encoding="utf-8").strip() or DEFAULT_NAMESPACE
+    except OSError:
+        return DEFAULT_NAMESPACE
+
+
+def _load(*, kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple[Any, str, str]:
+    """(configuration, the context used, the namespace a command without -n means there, as kubectl reads it)."""
     from kubernetes import client, config as kube_config
 
     configuration = client.Configuration()
@@ -108,7 +129,7 @@ def load_client_configuration(*, kubeconfig: str | None, context: str | None,
             raise InvalidInput(f"--in-cluster: {exc}; run runbook in a pod with a service account, or use "
                                "--kubeconfig and --context instead") from None
         configuration.retries = 0  # runbook retries itself, with Retry-After and a budget
-        return configuration, "in-cluster"
+        return configuration, "in-cluster", _service_account_namespace()
     path = kubeconfig or os.path.expanduser(DEFAULT_KUBECONFIG)
     files = [p for p in path.split(os.pathsep) if p]
     missing = [p for p in files if not Path(p).expanduser().is_file()]
@@ -122,7 +143,7 @@ def load_client_configuration(*, kubeconfig: str | None, context: str | None,
             raise InvalidInput(f"the kubeconfig {path} has {len(names)} contexts ({listed}) and none was named: "
                                "pass --context NAME (or set kubernetes.context in the config file); runbook never "
                                "guesses which cluster to act on")
-        context = names[0]
+        context = next(iter(names))
     elif context not in names:
         raise InvalidInput(f"context {context!r} is not in the kubeconfig {path} (contexts: {', '.join(names) or 'none'})")
     try:
@@ -131,4 +152,4 @@ def load_client_configuration(*, kubeconfig: str | None, context: str | None,
     except (kube_config.ConfigException, OSError, ValueError) as exc:
         raise InvalidInput(f"cannot use context {context!r} of the kubeconfig {path}: {exc}") from None
     configuration.retries = 0  # runbook retries itself, with Retry-After and a budget
-    return configuration, context
+    return configuration, context, names[context] or DEFAULT_NAMESPACE
