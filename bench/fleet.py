@@ -73,7 +73,6 @@ NODES = 16
 TARGET_RATIO = 1.2
 FIRST_DAY = dt.datetime(2026, 5, 4, 3, 12, 7, tzinfo=dt.timezone.utc)
 NVIDIA_SMI = ["nvidia-smi", "-q", "-d", "MEMORY"]
-PROMETHEUS_STEPS = {"oom-by-pod", "oom-trend", "errors-by-reason", "kv-cache"}  # oom-surge's steps that ask Prometheus only
 
 
 def fleet_at(index: int) -> dt.datetime:
@@ -394,8 +393,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"({main_run.wall / bound_unlimited if bound_unlimited else math.inf:.2f}×)")
             print(f"fleet serial (pool 1): {serial.wall:.2f}s = {serial.wall / main_run.wall:.1f}× the pooled run")
             # Where the excess lies: work the bound does not count, and the stand-ins' own floor.
+            asks_prometheus = {s.id for s in playbooks["oom-surge"].steps if s.uses.startswith("prom.")}
             prometheus_work = main_run.triage + main_run.history + sum(
-                seconds for step, seconds in main_run.steps if step in PROMETHEUS_STEPS)
+                seconds for step, seconds in main_run.steps if step in asks_prometheus)
             floor = exec_floor(api, kubeconfig, pods=args.pods, pool=pool, latency=lat)
             exec_rounds = main_run.rounds(pool) * lat
             print(f"fleet excess {main_run.wall - bound:.2f}s over the bound: Prometheus work it does not count "
