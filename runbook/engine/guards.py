@@ -11,6 +11,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 
 from runbook.actions.base import Plan
+from runbook.journal import Application
 from runbook.model.duration import format_duration
 from runbook.model.playbook import Guard
 
@@ -59,14 +60,15 @@ def max_fraction(plan: Plan, guard: Guard) -> Verdict | None:
     return _ok("max_fraction", f"touches {plan.touched} of {plan.total} pods, at most {guard.max_fraction:.0%}")
 
 
-def cooldown(plan: Plan, guard: Guard, *, now: dt.datetime, last_applied: dt.datetime | None) -> Verdict | None:
+def cooldown(plan: Plan, guard: Guard, *, now: dt.datetime, last: Application | None) -> Verdict | None:
     if guard.cooldown is None:
         return None
-    if last_applied is not None and now - last_applied < dt.timedelta(seconds=guard.cooldown):
-        ago = (now - last_applied).total_seconds()
+    if last is not None and now - last.at < dt.timedelta(seconds=guard.cooldown):
+        ago = (now - last.at).total_seconds()
         wait = guard.cooldown - ago
-        return _no("cooldown", f"{plan.target} was changed by this action {format_duration(ago)} ago; "
-                               f"cooldown {format_duration(guard.cooldown)}, {format_duration(wait)} left")
+        # The incident is named: the on-call can read what was done and why (`runbook rca INCIDENT`).
+        return _no("cooldown", f"{plan.target} was changed by this action {format_duration(ago)} ago (incident "
+                               f"{last.incident}); cooldown {format_duration(guard.cooldown)}, {format_duration(wait)} left")
     return _ok("cooldown", f"no change to {plan.target} by this action within {format_duration(guard.cooldown)}")
 
 
@@ -92,15 +94,15 @@ def plan_guards(plan: Plan, guard: Guard) -> list[Verdict]:
 
 
 def history_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
-                   applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
+                   applications: Callable[[str | None, dt.datetime], Sequence[Application]]) -> list[Verdict]:
     """Cooldown and hourly budget: they read what was applied before, so they run under the target's lock.
 
-    `applications(action_or_None, since)` lists when remediations were applied to this target.
+    `applications(action_or_None, since)` lists the remediations applied to this target, oldest first.
     """
     verdicts: list[Verdict] = []
     if guard.cooldown is not None:
         same_action = applications(action, now - dt.timedelta(seconds=guard.cooldown))
-        verdicts.append(cooldown(plan, guard, now=now, last_applied=same_action[-1] if same_action else None))  # type: ignore[arg-type]
+        verdicts.append(cooldown(plan, guard, now=now, last=same_action[-1] if same_action else None))  # type: ignore[arg-type]
     if guard.budget_per_hour is not None:
         hour = applications(None, now - dt.timedelta(hours=1))
         verdicts.append(budget(plan, guard, applied_last_hour=len(hour)))  # type: ignore[arg-type]
@@ -108,6 +110,6 @@ def history_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
 
 
 def hard_guards(plan: Plan, guard: Guard, *, action: str, now: dt.datetime,
-                applications: Callable[[str | None, dt.datetime], Sequence[dt.datetime]]) -> list[Verdict]:
+                applications: Callable[[str | None, dt.datetime], Sequence[Application]]) -> list[Verdict]:
     """Every hard guard in order; the first refusal is the one the run reports."""
     return plan_guards(plan, guard) + history_guards(plan, guard, action=action, now=now, applications=applications)

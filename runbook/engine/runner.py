@@ -25,7 +25,7 @@ from runbook.engine import guards, namespaces
 from runbook.engine.operator import Confirmation, ConfirmRequest, Operator
 from runbook.errors import (BackendError, BackendUnavailable, Conflict, InvalidInput, JournalError, NotFound, Refused,
                             RunbookError, StalePlan)
-from runbook.journal import History, Journal
+from runbook.journal import Application, History, Journal
 from runbook.locks import Locks
 from runbook.model import events as ev
 from runbook.model.alert import Alert
@@ -518,8 +518,8 @@ class Engine:
         kind = "remediation"
         at = self.clock.now()
 
-        def applications(which: str | None, since: dt.datetime) -> list[dt.datetime]:
-            return self.history.applications(plan.target, since=since, action=which, namespace=plan.namespace)
+        def applications(which: str | None, since: dt.datetime) -> list[Application]:
+            return self.history.records(plan.target, since=since, action=which, namespace=plan.namespace)
 
         try:
             later = guards.history_guards(plan, guard, action=action, now=at, applications=applications)

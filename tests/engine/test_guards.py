@@ -7,6 +7,7 @@ import datetime as dt
 from runbook.actions.base import Plan
 from runbook.clock import utc
 from runbook.engine import guards
+from runbook.journal import Application
 from runbook.model.playbook import Guard
 
 NOW = utc(2026, 3, 14, 3, 12, 7)
@@ -17,9 +18,13 @@ def plan(**facts) -> Plan:
                 before={"replicas": 3}, after={"replicas": 1}, apply=lambda dry: {}, **facts)
 
 
+def applied(*times: dt.datetime) -> list[Application]:
+    return [Application(f"inc-{n}", "k8s.scale", at) for n, at in enumerate(times)]
+
+
 def verdicts(p: Plan, g: Guard, history=()) -> list[tuple[str, bool]]:
     return [(v.guard, v.allowed) for v in guards.hard_guards(
-        p, g, action="k8s.scale", now=NOW, applications=lambda action, since: [t for t in history if t >= since])]
+        p, g, action="k8s.scale", now=NOW, applications=lambda action, since: [a for a in history if a.at >= since])]
 
 
 def test_floor_and_ceiling():
@@ -39,12 +44,22 @@ def test_max_fraction_of_pods_touched():
 
 
 def test_cooldown_and_budget_read_the_history():
-    recent = [NOW - dt.timedelta(minutes=10)]
+    recent = applied(NOW - dt.timedelta(minutes=10))
     assert ("cooldown", False) in verdicts(plan(), Guard(cooldown=1800), recent)
     assert ("cooldown", True) in verdicts(plan(), Guard(cooldown=300), recent)
-    three = [NOW - dt.timedelta(minutes=m) for m in (50, 30, 10)]
+    three = applied(*(NOW - dt.timedelta(minutes=m) for m in (50, 30, 10)))
     assert ("budget", False) in verdicts(plan(), Guard(budget_per_hour=3), three)
     assert ("budget", True) in verdicts(plan(), Guard(budget_per_hour=3), three[1:])
+
+
+def test_a_cooldown_refusal_names_the_incident_whose_change_it_counts():
+    history = applied(NOW - dt.timedelta(minutes=50), NOW - dt.timedelta(minutes=10))
+    [refused] = [v for v in guards.hard_guards(plan(), Guard(cooldown=1800, budget_per_hour=None), action="k8s.scale",
+                                               now=NOW, applications=lambda action, since: [a for a in history
+                                                                                            if a.at >= since])
+                 if not v.allowed]
+    assert refused.reason == ("llm/statefulset/vllm-server was changed by this action 10m ago (incident inc-1); "
+                              "cooldown 30m, 20m left")
 
 
 def test_a_refusal_found_while_planning_comes_first():

@@ -119,7 +119,7 @@ def test_f1_history_guards_run_under_the_lock(clock):
     seen_locked = []
 
     class WatchingHistory:
-        def applications(self, target, *, since, action=None, namespace=None):
+        def records(self, target, *, since, action=None, namespace=None):
             seen_locked.append(target in locks.held)
             return []
 
