@@ -282,6 +282,8 @@ class Application:
     incident: str
     action: str
     at: dt.datetime
+    # Why it is counted without being known to have landed (None: it was applied), for the refusal to say.
+    doubt: str | None = dataclasses.field(default=None, compare=False)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -300,6 +302,9 @@ IN_DOUBT_TYPE = ev.ACTION_CONFIRMED
 # settles every one of that run.
 SETTLING_TYPES = frozenset({ev.ACTION_APPLIED, ev.ACTION_UNKNOWN, ev.ACTION_FAILED, ev.ACTION_PLANNED,
                             ev.STEP_FINISHED, ev.RUN_INTERRUPTED})
+# What a counted event that is not `action.applied` leaves in doubt, as a refusal says it.
+DOUBTS = {ev.ACTION_UNKNOWN: "its apply raised before its result could be read back",
+          IN_DOUBT_TYPE: "its run stopped after the yes, before the apply's result was written"}
 # An event is stamped before its line is written, so its journal's mtime is no earlier than the
 # event; the margin covers file times kept by a coarser clock and a clock stepped back a little.
 MTIME_MARGIN = dt.timedelta(minutes=5)
@@ -467,5 +472,6 @@ class History:
                 if (event.data.get("target") == target and _same_action(event, action)
                         and event.at >= since and key not in seen):
                     seen.add(key)
-                    found.append(Application(event.incident, str(event.data.get("action") or ""), event.at))
+                    found.append(Application(event.incident, str(event.data.get("action") or ""), event.at,
+                                             DOUBTS.get(event.type)))
         return sorted(found, key=lambda a: a.at)

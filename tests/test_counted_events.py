@@ -181,3 +181,22 @@ def test_the_runs_own_journal_counts_a_confirmation_nothing_settled_too(tmp_path
     assert history.applications("llm/statefulset/vllm", since=AT) == [AT]
     journal.record(ev.ACTION_FAILED, at=AT, step="s", data={"target": "llm/statefulset/vllm", "action": "k8s.scale"})
     assert history.applications("llm/statefulset/vllm", since=AT) == []
+
+
+def test_each_counted_change_says_whether_it_is_known_to_have_landed(tmp_path):
+    """An applied change is plain; an apply that raised, and a yes whose result was never written, each
+    carry why they are counted without being known (a cooldown's refusal says it)."""
+    path = tmp_path / "incidents" / "inc-3" / "journal.jsonl"
+    journal = JsonlJournal(path, incident="inc-3", run="r1")
+    applied(journal, 1)
+    journal.record(ev.ACTION_UNKNOWN, at=AT + dt.timedelta(minutes=2), step="t",
+                   data={"action": "k8s.scale", "target": "llm/statefulset/vllm"})
+    journal.record(ev.ACTION_CONFIRMED, at=AT + dt.timedelta(minutes=3), step="u",
+                   data={"action": "k8s.scale", "target": "llm/statefulset/vllm", "by": "alice"})
+    journal.close()
+    found = History(tmp_path).records("llm/statefulset/vllm", since=AT)
+    assert [(a.at.minute - AT.minute, a.doubt) for a in found] == [
+        (1, None),
+        (2, "its apply raised before its result could be read back"),
+        (3, "its run stopped after the yes, before the apply's result was written"),
+    ]

@@ -66,9 +66,13 @@ def cooldown(plan: Plan, guard: Guard, *, now: dt.datetime, last: Application | 
     if last is not None and now - last.at < dt.timedelta(seconds=guard.cooldown):
         ago = (now - last.at).total_seconds()
         wait = guard.cooldown - ago
-        # The incident is named: the on-call can read what was done and why (`runbook rca INCIDENT`).
-        return _no("cooldown", f"{plan.target} was changed by this action {format_duration(ago)} ago (incident "
-                               f"{last.incident}); cooldown {format_duration(guard.cooldown)}, {format_duration(wait)} left")
+        # The incident is named: the on-call can read what was done and why (`runbook rca INCIDENT`); a
+        # change in doubt says so, since the target may show nothing of it.
+        changed, why = ("was changed", "") if last.doubt is None else \
+            ("may have been changed", f": {last.doubt}; counted as applied")
+        return _no("cooldown", f"{plan.target} {changed} by this action {format_duration(ago)} ago (incident "
+                               f"{last.incident}{why}); cooldown {format_duration(guard.cooldown)}, "
+                               f"{format_duration(wait)} left")
     return _ok("cooldown", f"no change to {plan.target} by this action within {format_duration(guard.cooldown)}")
 
 
