@@ -306,7 +306,7 @@ def exec_floor(api: RemoteApiServer, kubeconfig: Path, *, pods: int, pool: int, 
     from runbook.backends.kubernetes.connect import load_client_configuration
 
     api.seed(pods, latency)
-    conf, _ = load_client_configuration(kubeconfig=str(kubeconfig), context="runbook-test", in_cluster=False)
+    conf, _, _ = load_client_configuration(kubeconfig=str(kubeconfig), context="runbook-test", in_cluster=False)
     tls = ssl.create_default_context(cafile=conf.ssl_ca_cert)
     if conf.cert_file:
         tls.load_cert_chain(conf.cert_file, conf.key_file)

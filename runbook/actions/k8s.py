@@ -109,12 +109,12 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
             if out is None:
                 errors[pod.name] = str(done.error)
                 continue
-            answer = _read_answer(p, out)
-            if "error" in answer:
-                errors[pod.name] = answer.pop("error")
-            if "unhealthy" in answer:
+            answer, error, bad = _read_answer(p, out)
+            if error:
+                errors[pod.name] = error
+            if bad:
                 unhealthy.append(pod.name)
-                reasons[pod.name] = answer.pop("unhealthy")
+                reasons[pod.name] = bad
             answers[pod.name] = answer
             ctx.evidence("command", f"{' '.join(p.command)} in {pod.name}/{p.container}", pod=pod.name,
                          command=p.command, **answer)
@@ -127,22 +127,19 @@ def exec_in_pods(ctx: StepContext, p: ExecParams) -> ActionResult:
                            at=ctx.now.isoformat() if isinstance(ctx.now, dt.datetime) else None)
 
 
-def _read_answer(p: ExecParams, out: CommandResult) -> dict:
-    """One pod's answer as journaled, with `error` (no usable output) or `unhealthy` (why) to take out."""
+def _read_answer(p: ExecParams, out: CommandResult) -> tuple[dict, str | None, str | None]:
+    """(one pod's answer as journaled, why its output is not usable, why it looks unhealthy)."""
     answer: dict = {"exit_code": out.exit_code, "stdout": out.stdout[:MAX_OUTPUT_CHARS],
                     "stderr": out.stderr[:2000], "truncated": out.truncated or len(out.stdout) > MAX_OUTPUT_CHARS}
     if out.exit_code != 0 and p.parse != "ps":
-        answer["error"] = f"exit code {out.exit_code}: {out.stderr.strip()[:300]}"
-        return answer
+        return answer, f"exit code {out.exit_code}: {out.stderr.strip()[:300]}", None
+    error = None
     try:
         parsed, bad = _judge(p, out.stdout)
     except ParseError as exc:
-        answer["error"] = f"could not read the output: {exc}"
-        parsed, bad = {}, None
+        error, parsed, bad = f"could not read the output: {exc}", {}, None
     answer["parsed"] = parsed
-    if bad:
-        answer["unhealthy"] = bad
-    return answer
+    return answer, error, bad
 
 
 class WorkloadParams(ActionParams):

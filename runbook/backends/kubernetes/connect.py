@@ -56,7 +56,8 @@ def connect(config: Config, *, kubeconfig: str | None = None, context: str | Non
     if in_cluster and (kubeconfig or context):
         raise InvalidInput("give --in-cluster or a kubeconfig context, not both (the config file's kubernetes: "
                            "section counts too)")
-    configuration, chosen, namespace = _load(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
+    configuration, chosen, namespace = load_client_configuration(kubeconfig=kubeconfig, context=context,
+                                                                in_cluster=in_cluster)
     return build(configuration, section, context=chosen, namespace=namespace)
 
 
@@ -102,13 +103,6 @@ def _contexts(files: list[str]) -> dict[str, str | None]:
     return names
 
 
-def load_client_configuration(*, kubeconfig: str | None, context: str | None,
-                              in_cluster: bool) -> tuple[Any, str]:
-    """(a fresh `kubernetes.client.Configuration`, the context used); the client's global default is untouched."""
-    configuration, chosen, _ = _load(kubeconfig=kubeconfig, context=context, in_cluster=in_cluster)
-    return configuration, chosen
-
-
 def _service_account_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
     """The pod's own namespace, as in-cluster clients (kubectl) default to; `default` where unreadable."""
     try:
@@ -117,8 +111,10 @@ def _service_account_namespace(path: Path = SERVICE_ACCOUNT_NAMESPACE) -> str:
         return DEFAULT_NAMESPACE
 
 
-def _load(*, kubeconfig: str | None, context: str | None, in_cluster: bool) -> tuple[Any, str, str]:
-    """(configuration, the context used, the namespace a command without -n means there, as kubectl reads it)."""
+def load_client_configuration(*, kubeconfig: str | None, context: str | None,
+                              in_cluster: bool) -> tuple[Any, str, str]:
+    """(a fresh `kubernetes.client.Configuration`, the context used, the namespace a command without -n
+    means there, as kubectl reads it); the client's global default is untouched."""
     from kubernetes import client, config as kube_config
 
     configuration = client.Configuration()
