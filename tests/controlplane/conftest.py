@@ -1,0 +1,49 @@
+"""Fixtures: the real control plane for the whole session, and a namespace of its own per test.
+
+Without the binaries (tests/controlplane/build.sh builds them; it needs Go) or kubectl these tests
+skip with the reason, and fail instead under RUNBOOK_REQUIRE_INTEGRATION=1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import REQUIRE_INTEGRATION
+from tests.controlplane import plane as planes
+
+_pool = itertools.cycle(planes.NAMESPACES[1:])
+
+
+@pytest.fixture(scope="session")
+def plane(tmp_path_factory) -> Iterator[planes.ControlPlane]:
+    reason = planes.missing_reason()
+    if reason is not None:
+        if REQUIRE_INTEGRATION:
+            pytest.fail(f"RUNBOOK_REQUIRE_INTEGRATION=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    made = planes.ControlPlane(tmp_path_factory.mktemp("controlplane"), planes.binaries_folder())
+    made.start()
+    yield made
+    made.stop()
+
+
+@pytest.fixture
+def namespace(plane) -> Iterator[str]:
+    """A namespace made for this test (kwok knows its pods by name), deleted after it."""
+    name = next(_pool)
+    plane.clear_pods_dir(name)
+    plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", timeout=120)
+    plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    planes.wait_for(f"the default ServiceAccount in {name}",
+                    lambda: plane.get("serviceaccount", "default", namespace=name), timeout=60)
+    yield name
+    plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture(autouse=True)
+def _loopback_without_proxy(monkeypatch):
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")

@@ -1,0 +1,169 @@
+"""kwok's configuration for the control plane: how its nodes and pods move (our own stages), and
+where their exec and logs go (the stand-in tools and per-container log files under `pods_dir`).
+
+kwok reads the stages, execs and logs from its config file at start: pods named in `named_pods`
+get an exec and logs of their own (the stand-ins know which pod they run in); any other pod gets
+its namespace's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+API = "kwok.x-k8s.io/v1alpha1"
+KUBELET_VERSION = "v1.36.3"
+
+NODE_READY = r"""
+{{ $now := Now }}
+conditions:
+- {type: Ready, status: "True", reason: KubeletReady, message: "kubelet is posting ready status",
+   lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $now | Quote }}}
+- {type: MemoryPressure, status: "False", reason: KubeletHasSufficientMemory, message: "",
+   lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $now | Quote }}}
+- {type: DiskPressure, status: "False", reason: KubeletHasNoDiskPressure, message: "",
+   lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $now | Quote }}}
+- {type: PIDPressure, status: "False", reason: KubeletHasSufficientPID, message: "",
+   lastHeartbeatTime: {{ $now | Quote }}, lastTransitionTime: {{ $now | Quote }}}
+addresses:
+- {type: InternalIP, address: {{ NodeIP | Quote }}}
+- {type: Hostname, address: {{ .metadata.name | Quote }}}
+daemonEndpoints:
+  kubeletEndpoint:
+    Port: {{ NodePort }}
+capacity: {cpu: "64", memory: 1Ti, pods: "110", "nvidia.com/gpu": "8"}
+allocatable: {cpu: "63", memory: 1000Gi, pods: "110", "nvidia.com/gpu": "8"}
+nodeInfo:
+  architecture: amd64
+  operatingSystem: linux
+  kubeletVersion: @VERSION@
+  kubeProxyVersion: @VERSION@
+  containerRuntimeVersion: containerd://2.1.0
+  kernelVersion: 6.8.0-gpu
+  osImage: Ubuntu 24.04 LTS
+  machineID: {{ .metadata.uid | Quote }}
+  systemUUID: {{ .metadata.uid | Quote }}
+  bootID: {{ .metadata.uid | Quote }}
+phase: Running
+""".replace("@VERSION@", KUBELET_VERSION)
+
+POD_RUNNING = r"""
+{{ $now := Now }}
+{{ $root := . }}
+conditions:
+- {type: PodReadyToStartContainers, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: Initialized, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: Ready, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "True", lastTransitionTime: {{ $now | Quote }}}
+- {type: PodScheduled, status: "True", lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  imageID: {{ printf "%s@sha256:%s" .image (sha256sum .image) | Quote }}
+  containerID: {{ printf "containerd://%s" (sha256sum (printf "%s/%s" $root.metadata.uid .name)) | Quote }}
+  ready: true
+  started: true
+  restartCount: 0
+  state:
+    running:
+      startedAt: {{ $now | Quote }}
+{{ end }}
+{{ with NodeIPWith .spec.nodeName }}
+hostIP: {{ . | Quote }}
+hostIPs:
+- ip: {{ . | Quote }}
+{{ end }}
+{{ with PodIPWith .spec.nodeName false .metadata.uid .metadata.name .metadata.namespace }}
+podIP: {{ . | Quote }}
+podIPs:
+- ip: {{ . | Quote }}
+{{ end }}
+qosClass: Burstable
+phase: Running
+startTime: {{ $now | Quote }}
+"""
+
+
+def _stage(name: str, kind: str, expressions: list[dict], nxt: dict) -> dict:
+    return {"apiVersion": API, "kind": "Stage", "metadata": {"name": name},
+            "spec": {"resourceRef": {"apiGroup": "v1", "kind": kind},
+                     "selector": {"matchExpressions": expressions}, "next": nxt}}
+
+
+def stages() -> list[dict]:
+    """A node turns Ready with GPUs; a scheduled pod runs, ready at once; a deleted pod goes (its
+    grace period is the kubelet's to honour, and this kubelet stops containers at once)."""
+    not_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status', "operator": "NotIn",
+                 "values": ["True"]}
+    return [
+        _stage("runbook-node-ready", "Node", [not_ready], {"statusTemplate": NODE_READY}),
+        _stage("runbook-pod-running", "Pod", [
+            {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+            {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
+            not_ready,
+        ], {"statusTemplate": POD_RUNNING}),
+        _stage("runbook-pod-delete", "Pod", [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+               {"delete": True}),
+    ]
+
+
+def _local(pods_dir: Path, namespace: str, pod: str | None) -> dict:
+    envs = [{"name": "RUNBOOK_STANDIN_DIR", "value": str(pods_dir)}, {"name": "RUNBOOK_POD_NAMESPACE", "value": namespace}]
+    if pod is not None:
+        envs.append({"name": "RUNBOOK_POD_NAME", "value": pod})
+    return {"local": {"workDir": str(pods_dir), "envs": envs}}
+
+
+def log_file(pods_dir: Path, namespace: str, pod: str | None, *, previous: bool = False) -> Path:
+    """Where a pod's container log lies (CRI format: `TIME stdout F LINE`); `pod=None`: the namespace's."""
+    name = "previous.log" if previous else "current.log"
+    return pods_dir / namespace / (pod or "_any") / name
+
+
+def debugging(pods_dir: Path, namespaces: Iterable[str], named_pods: Iterable[tuple[str, str]]) -> list[dict]:
+    """ClusterExec and ClusterLogs documents: one per named pod, then one per namespace."""
+    docs: list[dict] = []
+
+    def both(name: str, namespace: str, pod: str | None) -> None:
+        selector: dict = {"matchNamespaces": [namespace]}
+        if pod is not None:
+            selector["matchNames"] = [pod]
+        docs.append({"apiVersion": API, "kind": "ClusterExec", "metadata": {"name": f"exec-{name}"},
+                     "spec": {"selector": selector, "execs": [_local(pods_dir, namespace, pod)]}})
+        docs.append({"apiVersion": API, "kind": "ClusterLogs", "metadata": {"name": f"logs-{name}"},
+                     "spec": {"selector": selector, "logs": [{
+                         "logsFile": str(log_file(pods_dir, namespace, pod)),
+                         "previousLogsFile": str(log_file(pods_dir, namespace, pod, previous=True))}]}})
+
+    for namespace, pod in named_pods:
+        both(f"{namespace}-{pod}", namespace, pod)
+    for namespace in namespaces:
+        both(namespace, namespace, None)
+    return docs
+
+
+def write_config(path: Path, *, pki, server_port: int, pods_dir: Path, namespaces: Iterable[str],
+                 named_pods: Iterable[tuple[str, str]]) -> Path:
+    configuration = {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
+        "options": {
+            "manageAllNodes": False,
+            "manageNodesWithLabelSelector": "type=kwok",
+            "nodeIP": "127.0.0.1", "nodePort": server_port,
+            "serverAddress": f"127.0.0.1:{server_port}",
+            "tlsCertFile": str(pki.kubelet_serving.cert), "tlsPrivateKeyFile": str(pki.kubelet_serving.key),
+            "cidr": "10.244.0.0/16",
+            "nodeLeaseDurationSeconds": 40,
+            # Given explicitly: kwok leaves them 0 (and refuses to start) when its config file is read.
+            "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4,
+            "podsOnNodeSyncParallelism": 1,
+            "enableCRDs": [],
+            "enableDebuggingHandlers": True,  # exec, logs: what the apiserver proxies to a kubelet
+        },
+    }
+    docs = [configuration, *stages(), *debugging(pods_dir, namespaces, named_pods)]
+    path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""A tool inside a kwok pod (`nvidia-smi`, `ps`, `ss`, `fuser`, `kill`, …): prints what the test
+wrote for it in that pod, and records the call.
+
+kwok runs it for an exec into a pod, with RUNBOOK_STANDIN_DIR, RUNBOOK_POD_NAMESPACE and (for a
+pod kwok was told of by name) RUNBOOK_POD_NAME set. The answer is the JSON file
+`DIR/NS/POD/exec/TOOL.json` (else `DIR/NS/_any/exec/TOOL.json`): {"stdout", "stderr", "exit_code",
+"sleep"}; each call is appended to `DIR/NS/POD/calls.jsonl`. A tool with no answer exits 127.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+tool = os.path.basename(sys.argv[0])
+root = Path(os.environ["RUNBOOK_STANDIN_DIR"]) / os.environ.get("RUNBOOK_POD_NAMESPACE", "_none")
+pod = os.environ.get("RUNBOOK_POD_NAME", "_any")
+with open(root / pod / "calls.jsonl", "a", encoding="utf-8") if (root / pod).is_dir() else open(os.devnull, "a") as calls:
+    calls.write(json.dumps({"argv": [tool, *sys.argv[1:]], "at": time.time()}) + "\n")
+for where in (root / pod / "exec" / f"{tool}.json", root / "_any" / "exec" / f"{tool}.json"):
+    if where.is_file():
+        answer = json.loads(where.read_text(encoding="utf-8"))
+        break
+else:
+    sys.stderr.write(f"{tool}: executable file not found in $PATH\n")
+    sys.exit(127)
+if answer.get("sleep"):
+    time.sleep(float(answer["sleep"]))
+sys.stdout.write(answer.get("stdout", ""))
+sys.stderr.write(answer.get("stderr", ""))
+sys.stdout.flush()
+sys.exit(int(answer.get("exit_code", 0)))
