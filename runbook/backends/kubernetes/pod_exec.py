@@ -273,7 +273,12 @@ class Executor:
     def _error(self, exc: BaseException, where: str, shown: str, *, connected: bool) -> RunbookError:
         status, message = _handshake(exc)
         if status in (401, 403):
-            return BackendUnavailable(f"exec `{shown}` in {where}: {message}; runbook's identity needs `get` and "
+            said = message.strip().rstrip(":").rstrip()
+            if status == 403 and said.endswith("forbidden"):
+                # A real apiserver (1.35+) refusing the upgrade's second check, `create`, gives no reason.
+                said += " (the API server gave no reason: since Kubernetes 1.35 a WebSocket exec needs `create` " \
+                        "on pods/exec as well as `get`)"
+            return BackendUnavailable(f"exec `{shown}` in {where}: {said}; runbook's identity needs `get` and "
                                       "`create` on pods/exec (see deploy/rbac.yaml)")
         if status == 404:
             return NotFound(f"exec `{shown}` in {where}: {message}")
