@@ -53,6 +53,8 @@ def missing_reason() -> str | None:
     if folder is None:
         return "bash is not installed (tests/controlplane/build.sh needs it)"
     absent = [b for b in BINARIES if not (folder / b).is_file()]
+    if not (folder.parent / "crds" / ".complete").is_file():
+        absent.append("the Gateway API and KEDA CRDs")
     if absent:
         go = "" if shutil.which("go") else " (the Go toolchain is not installed, so it cannot be built here)"
         return (f"the real control plane is not built: {', '.join(absent)} missing in {folder}{go}; "
@@ -208,6 +210,11 @@ class ControlPlane:
         env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}")
         self._spawn("kwok", [f"--kubeconfig={kwok_kubeconfig}", f"--config={config}", "--v=warn"], env=env)
 
+        # The Gateway API's HTTPRoute and KEDA's ScaledObject, as a cluster with them installed serves them.
+        crds = sorted((self.bin.parent / "crds").glob("*.yaml"))
+        self.kubectl("apply", "--server-side", *(f"--filename={c}" for c in crds))
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                     *(f"--filename={c}" for c in crds), timeout=90)
         self.apply(*(gpu_node(name) for name in NODES))
         wait_for("the kwok GPU nodes turn Ready", lambda: self._alive() or self._nodes_ready(), timeout=START_TIMEOUT)
         wait_for("the controller-manager makes the default ServiceAccount",

@@ -1,0 +1,129 @@
+"""The canary's routes (a Service, an ingress-nginx canary Ingress, a Gateway API HTTPRoute served by
+its real CRD), KEDA's ScaledObject, and runbook's own records (the target Leases and the ledger
+ConfigMap) on the real apiserver, as the service account, read back with kubectl.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+from runbook.backends.kubernetes.ledger import AppliedLedger, record_name
+from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
+from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT
+from runbook.errors import Refused, StalePlan
+from tests.controlplane import objects
+from tests.controlplane.identity import connect, runbook_kubeconfig
+
+STABLE = {"app": "vllm", "version": "v1"}
+
+
+@pytest.fixture
+def cluster(plane, namespace, tmp_path):
+    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
+    yield made
+    made.close()
+
+
+def canary_routes(namespace: str) -> list[dict]:
+    return [
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "vllm", "namespace": namespace},
+         "spec": {"selector": {"app": "vllm"}, "ports": [{"name": "http", "port": 8000, "targetPort": 8000}]}},
+        {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+         "metadata": {"name": "vllm-canary", "namespace": namespace,
+                      "annotations": {CANARY: "true", CANARY_WEIGHT: "20", "team": "inference"}},
+         "spec": {"ingressClassName": "nginx", "rules": [{"host": "llm.example.com", "http": {"paths": [
+             {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "vllm-v2", "port": {"number": 8000}}}}]}}]}},
+        {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+         "metadata": {"name": "vllm", "namespace": namespace},
+         "spec": {"parentRefs": [{"name": "llm-gateway"}], "rules": [
+             {"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+              "timeouts": {"request": "300s"},
+              "backendRefs": [{"name": "vllm-v1", "port": 8000, "weight": 80},
+                              {"name": "vllm-v2", "port": 8000, "weight": 20}]}]}},
+    ]
+
+
+def test_each_route_moves_to_stable_from_the_version_read_and_keeps_the_rest(plane, namespace, cluster):
+    plane.apply(*canary_routes(namespace))
+    service = cluster.get_route(namespace, "service", "vllm")
+    cluster.set_route(namespace, "service", "vllm", selector=STABLE, expected=service,
+                      resource_version=service.resource_version)
+    stored = plane.get("service", "vllm", namespace=namespace)["spec"]
+    assert stored["selector"] == STABLE and stored["ports"][0]["port"] == 8000
+
+    ingress = cluster.get_route(namespace, "ingress", "vllm-canary")
+    assert dict(ingress.weights) == {"vllm-v2": 20}
+    cluster.set_route(namespace, "ingress", "vllm-canary", weights={"vllm-v2": 0}, expected=ingress,
+                      resource_version=ingress.resource_version)
+    annotations = plane.get("ingress", "vllm-canary", namespace=namespace)["metadata"]["annotations"]
+    assert {k: annotations[k] for k in (CANARY, CANARY_WEIGHT, "team")} == {CANARY: "true", CANARY_WEIGHT: "0",
+                                                                            "team": "inference"}
+
+    route = cluster.get_route(namespace, "httproute", "vllm")
+    assert dict(route.weights) == {"vllm-v1": 80, "vllm-v2": 20}
+    cluster.set_route(namespace, "httproute", "vllm", weights={"vllm-v2": 0, "vllm-v1": 100}, expected=route,
+                      resource_version=route.resource_version)
+    rules = plane.get("httproute", "vllm", namespace=namespace)["spec"]["rules"]
+    assert len(rules) == 1 and rules[0]["timeouts"] == {"request": "300s"}
+    assert rules[0]["matches"] == [{"path": {"type": "PathPrefix", "value": "/v1"}}]
+    assert [(b["name"], b["weight"]) for b in rules[0]["backendRefs"]] == [("vllm-v1", 100), ("vllm-v2", 0)]
+    # kubectl reads what runbook wrote, as the on-call would check it
+    shown = plane.kubectl("get", "httproute", "vllm", "-n", namespace, "-o",
+                          "jsonpath={.spec.rules[0].backendRefs[*].weight}").stdout
+    assert shown == "100 0"
+
+
+def test_a_route_someone_changed_since_the_plan_is_stale(plane, namespace, cluster):
+    plane.apply(*canary_routes(namespace))
+    route = cluster.get_route(namespace, "httproute", "vllm")
+    plane.kubectl("patch", "httproute", "vllm", "-n", namespace, "--type=json",
+                  "-p", json.dumps([{"op": "replace", "path": "/spec/rules/0/backendRefs/1/weight", "value": 50}]))
+    with pytest.raises(StalePlan, match="changed since"):
+        cluster.set_route(namespace, "httproute", "vllm", weights={"vllm-v2": 0, "vllm-v1": 100},
+                          resource_version=route.resource_version)
+    weights = [b["weight"] for b in plane.get("httproute", "vllm", namespace=namespace)["spec"]["rules"][0]["backendRefs"]]
+    assert weights == [80, 50]
+
+
+def test_a_keda_scaledobject_is_found_and_paused_at_the_target(plane, namespace, cluster):
+    plane.apply(objects.deployment(namespace, "api-gateway", replicas=2),
+                {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                 "metadata": {"name": "gateway", "namespace": namespace},
+                 "spec": {"scaleTargetRef": {"name": "api-gateway"}, "minReplicaCount": 1, "maxReplicaCount": 4,
+                          "triggers": [{"type": "prometheus", "metadata": {
+                              "serverAddress": "http://prometheus-k8s.monitoring.svc:9090",
+                              "query": "sum(vllm:num_requests_waiting)", "threshold": "5"}}]}})
+    (found,) = cluster.autoscalers(namespace, "deployment", "api-gateway")
+    assert (found.kind, found.name, found.paused_replicas) == ("scaledobject", "gateway", None)
+    cluster.set_autoscaler(namespace, "scaledobject", "gateway", paused_replicas=1, expected=found,
+                           resource_version=found.resource_version)
+    annotations = plane.get("scaledobject", "gateway", namespace=namespace)["metadata"]["annotations"]
+    assert annotations["autoscaling.keda.sh/paused-replicas"] == "1"
+
+
+def test_the_target_lease_is_held_refused_to_another_and_read_by_kubectl(plane, namespace, cluster):
+    target = f"{namespace}/statefulset/vllm-server"
+    with LeaseLocks(cluster).hold(target, holder="alice incident inc-1"):
+        lease = plane.get("lease", lease_name(target), namespace=namespace)
+        assert lease["spec"]["holderIdentity"].startswith("alice incident inc-1 (")
+        with pytest.raises(Refused, match="locked by alice incident inc-1"):
+            with LeaseLocks(cluster).hold(target, holder="bob incident inc-2"):
+                pytest.fail("a second holder got the lock")
+    assert plane.get("lease", lease_name(target), namespace=namespace) is None
+
+
+def test_the_ledger_of_applied_changes_is_a_configmap_kubectl_reads(plane, namespace, cluster):
+    from runbook.journal import Application
+
+    target = f"{namespace}/statefulset/vllm-server"
+    at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+    ledger = AppliedLedger(cluster, holder="runbook-test")
+    ledger.record(target, Application(at=at, action="k8s.scale", incident="inc-20260314-031207-oom-surge"))
+    ledger.record(target, Application(at=at, action="k8s.scale", incident="inc-20260314-031207-oom-surge"))  # the same application twice: recorded once
+    seen = ledger.applications(target, since=at - dt.timedelta(minutes=1))
+    assert [(a.action, a.incident) for a in seen] == [("k8s.scale", "inc-20260314-031207-oom-surge")]
+    stored = plane.get("configmap", record_name(target), namespace=namespace)
+    assert stored is not None and "inc-20260314-031207-oom-surge" in json.dumps(stored["data"])
