@@ -91,17 +91,33 @@ def test_server_side_dry_run_answers_the_plan_and_changes_nothing(plane, namespa
 
 def test_a_persons_edit_between_plan_and_apply_is_a_stale_plan(plane, namespace, vllm, cluster):
     planned = cluster.get_workload(namespace, "statefulset", "vllm-server")
-    plane.kubectl("annotate", "statefulset", "vllm-server", "-n", namespace, "owner=on-call-human")
-    with pytest.raises(StalePlan, match="changed since this change was planned"):
-        cluster.scale(namespace, "statefulset", "vllm-server", 1, resource_version=planned.resource_version)
-    with pytest.raises(StalePlan, match="changed since this change was planned"):
+    # The on-call's colleague raises the limit by hand meanwhile: that container is not the plan's.
+    plane.kubectl("patch", "statefulset", "vllm-server", "-n", namespace, "--type=json", "-p", json.dumps(
+        [{"op": "replace", "path": "/spec/template/spec/containers/0/args/3", "value": "8192"}]))
+    with pytest.raises(StalePlan, match="changed since this change was planned .*--max-model-len 8192"):
         cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None,
                                    args=["--max-model-len", "6635"], expected=planned.container("vllm"),
                                    resource_version=planned.resource_version)
+    with pytest.raises(StalePlan, match="changed since this change was planned"):
+        cluster.scale(namespace, "statefulset", "vllm-server", 1, resource_version=planned.resource_version)
     plane.kubectl("scale", "statefulset", "vllm-server", "-n", namespace, "--replicas=2")
     with pytest.raises(StalePlan, match="now has 2 replicas, not the 3"):
         cluster.scale(namespace, "statefulset", "vllm-server", 1, expected_replicas=3)
-    assert plane.get("statefulset", "vllm-server", namespace=namespace)["spec"]["replicas"] == 2
+    stored = plane.get("statefulset", "vllm-server", namespace=namespace)
+    assert stored["spec"]["replicas"] == 2
+    assert stored["spec"]["template"]["spec"]["containers"][0]["args"][3] == "8192"
+
+
+def test_an_edit_the_plan_does_not_rest_on_lets_the_change_land(plane, namespace, vllm, cluster):
+    planned = cluster.get_workload(namespace, "statefulset", "vllm-server")
+    plane.kubectl("annotate", "statefulset", "vllm-server", "-n", namespace, "owner=on-call-human")
+    lowered = [*objects.VLLM_ARGS]
+    lowered[lowered.index("--max-model-len") + 1] = "6635"
+    cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None, args=lowered,
+                               expected=planned.container("vllm"), resource_version=planned.resource_version)
+    stored = plane.get("statefulset", "vllm-server", namespace=namespace)
+    assert stored["spec"]["template"]["spec"]["containers"][0]["args"] == lowered
+    assert stored["metadata"]["annotations"]["owner"] == "on-call-human"
 
 
 def test_a_pod_deleted_by_uid_is_replaced_and_a_stale_uid_touches_nothing(plane, namespace, vllm, cluster):
@@ -135,3 +151,28 @@ def test_an_eviction_the_pdb_forbids_is_refused_naming_the_budget(plane, namespa
     cluster.delete_pod(namespace, pod.name, uid=pod.uid, evict=True)
     wait_for("the evicted pod goes", lambda: pod.uid not in {p.uid for p in cluster.list_pods(namespace, APP)},
              timeout=60)
+
+
+def test_the_controllers_status_writes_between_plan_and_apply_are_not_a_persons_edit(plane, namespace, vllm, cluster):
+    """The StatefulSet controller writes the status (and so the resourceVersion) while it rolls or
+    scales: a change planned from the spec before is still the plan, and lands as planned."""
+    planned = cluster.get_workload(namespace, "statefulset", "vllm-server")
+    pod = next(p for p in cluster.list_pods(namespace, APP) if p.name == "vllm-server-2")
+    cluster.delete_pod(namespace, pod.name, uid=pod.uid)  # the controller counts it out, then back in
+    wait_for("the controller writes the status",
+             lambda: plane.get("statefulset", "vllm-server", namespace=namespace)["metadata"]["resourceVersion"]
+             != planned.resource_version, timeout=30)
+    lowered = [*objects.VLLM_ARGS]
+    lowered[lowered.index("--max-model-len") + 1] = "6635"
+    cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None, args=lowered,
+                               expected=planned.container("vllm"), resource_version=planned.resource_version)
+    assert objects.settled(plane, namespace, "statefulset", "vllm-server", timeout=120)
+    assert pod_args(plane, namespace) == {f"vllm-server-{i}": lowered for i in range(3)}
+    again = cluster.get_workload(namespace, "statefulset", "vllm-server")
+    pod = next(p for p in cluster.list_pods(namespace, APP) if p.name == "vllm-server-1")
+    cluster.delete_pod(namespace, pod.name, uid=pod.uid)
+    wait_for("the controller writes the status",
+             lambda: plane.get("statefulset", "vllm-server", namespace=namespace)["metadata"]["resourceVersion"]
+             != again.resource_version, timeout=30)
+    assert cluster.scale(namespace, "statefulset", "vllm-server", 1, expected_replicas=3,
+                         resource_version=again.resource_version).replicas == 1

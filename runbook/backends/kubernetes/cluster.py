@@ -1,8 +1,11 @@
 """`Cluster` on the official Kubernetes client: pods, workloads, scale, args, deletes, exec, logs.
 
 Every change is conditional: scale and args patches carry the resourceVersion their plan was
-computed from (a 409 is `StalePlan`: the engine reads again and plans again), and pod deletes
-carry the inspected pod's uid. `dry_run` is the server-side `dryRun=All`.
+computed from, and pod deletes carry the inspected pod's uid. A 409 is read again: where what the
+plan rests on (the replicas, the container) is still as planned, only something else moved the
+version (a controller writing the status as it rolls or scales, an annotation) and the patch is
+sent again at the version just read; otherwise it is `StalePlan`, for the engine to plan again.
+`dry_run` is the server-side `dryRun=All`.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ MAX_LOG_BYTES = 64 * 1024 * 1024  # per pod, when the caller sets no limit
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 _METHODS = {"statefulset": "stateful_set", "deployment": "deployment", "daemonset": "daemon_set"}
+# Patches sent again at a fresh version when the 409 came from a change the plan does not rest on
+# (a controller's status writes while pods come and go); past that, the plan is stale after all.
+SAME_PLAN_ATTEMPTS = 5
 
 
 def _env_note(spec: ContainerSpec, other: ContainerSpec | None) -> str:
@@ -104,18 +110,23 @@ class KubernetesCluster:
                 raise StalePlan(f"{what}: {kind}/{name} now has {now} replicas, not the {expected_replicas} this "
                                 "change was planned from (someone else scaled it)")
             version = (current.get("metadata") or {}).get("resourceVersion")
-        body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
-        try:
-            result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
-                                   _content_type=MERGE_PATCH)
-        except Conflict as exc:
-            current = self.api.call(f"read the scale of {kind}/{name} in {namespace}", read, name, namespace)
-            now = int((current.get("spec") or {}).get("replicas") or 0)
-            if getattr(exc, "attempts", 1) > 1 and now == replicas and not dry_run:
-                return self.get_workload(namespace, kind, name)  # our lost earlier attempt landed
-            raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (it has {now} replicas "
-                            f"now, version {(current.get('metadata') or {}).get('resourceVersion')} instead of "
-                            f"{version})") from None
+        for attempt in range(1, SAME_PLAN_ATTEMPTS + 1):
+            body = {"metadata": {"resourceVersion": version}, "spec": {"replicas": replicas}}
+            try:
+                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                       _content_type=MERGE_PATCH)
+                break
+            except Conflict as exc:
+                current = self.api.call(f"read the scale of {kind}/{name} in {namespace}", read, name, namespace)
+                now = int((current.get("spec") or {}).get("replicas") or 0)
+                if getattr(exc, "attempts", 1) > 1 and now == replicas and not dry_run:
+                    return self.get_workload(namespace, kind, name)  # our lost earlier attempt landed
+                fresh = (current.get("metadata") or {}).get("resourceVersion")
+                if expected_replicas is not None and now == expected_replicas and attempt < SAME_PLAN_ATTEMPTS:
+                    version = fresh  # still at the planned replicas: only the status (or metadata) moved
+                    continue
+                raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (it has {now} "
+                                f"replicas now, version {fresh} instead of {version})") from None
         workload = self.get_workload(namespace, kind, name)
         if dry_run:
             return dataclasses.replace(workload, replicas=int((result.get("spec") or {}).get("replicas", replicas)))
@@ -165,16 +176,24 @@ class KubernetesCluster:
             return ((command is None or spec.command == tuple(command)) and (args is None or spec.args == tuple(args))
                     and (not env or (wanted is not None and spec.env == wanted.env)))
 
-        try:
-            result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
-                                   _content_type=STRATEGIC_PATCH)
-        except Conflict as exc:
-            workload = workload_from(kind, self._read_workload(namespace, kind, name))
-            spec = workload.container(container)
-            if getattr(exc, "attempts", 1) > 1 and as_asked(spec) and not dry_run:
-                return workload  # our lost earlier attempt landed
-            raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (the container's command "
-                            f"line is now {' '.join(spec.command + spec.args)})") from None
+        for attempt in range(1, SAME_PLAN_ATTEMPTS + 1):
+            try:
+                result = self.api.call(what, patch, name, namespace, body, dry_run="All" if dry_run else None,
+                                       _content_type=STRATEGIC_PATCH)
+                break
+            except Conflict as exc:
+                workload = workload_from(kind, self._read_workload(namespace, kind, name))
+                spec = workload.container(container)
+                if getattr(exc, "attempts", 1) > 1 and as_asked(spec) and not dry_run:
+                    return workload  # our lost earlier attempt landed
+                if expected is not None and attempt < SAME_PLAN_ATTEMPTS and \
+                        (spec.command, spec.args, spec.env) == (expected.command, expected.args, expected.env):
+                    # The container is as planned: only the status (or another field) moved the version.
+                    body["metadata"]["resourceVersion"] = workload.resource_version
+                    continue
+                raise StalePlan(f"{what}: {kind}/{name} changed since this change was planned (the container's "
+                                f"command line is now {' '.join(spec.command + spec.args)}"
+                                f"{_env_note(spec, expected)})") from None
         try:
             workload = workload_from(kind, result)
             got = workload.container(container)
