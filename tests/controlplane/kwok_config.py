@@ -81,7 +81,6 @@ podIP: {{ . | Quote }}
 podIPs:
 - ip: {{ . | Quote }}
 {{ end }}
-qosClass: Burstable
 phase: Running
 startTime: {{ $now | Quote }}
 """

@@ -4,6 +4,8 @@ HPA on it, a PodDisruptionBudget, routes, and waits for the controllers to settl
 
 from __future__ import annotations
 
+import json
+
 from tests.controlplane.plane import ControlPlane, wait_for
 
 VLLM_IMAGE = "docker.io/vllm/vllm-openai:v0.10.0"
@@ -61,8 +63,6 @@ def pdb(namespace: str, name: str, labels: dict, *, min_available: int) -> dict:
 def ready_pods(plane: ControlPlane, namespace: str, labels: dict) -> list[dict]:
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
     listed = plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o", "json").stdout
-    import json
-
     pods = json.loads(listed)["items"]
     return [p for p in pods if p["metadata"].get("deletionTimestamp") is None and any(
         c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
@@ -86,4 +86,10 @@ def settled(plane: ControlPlane, namespace: str, kind: str, name: str, *, timeou
             return obj
         return None
 
-    return wait_for(f"{kind}/{name} in {namespace} settles", check, timeout=timeout, every=0.3)
+    try:
+        return wait_for(f"{kind}/{name} in {namespace} settles", check, timeout=timeout, every=0.3)
+    except TimeoutError as exc:
+        pods = plane.kubectl("get", "pods", "-n", namespace, "-o", "wide", check=False).stdout
+        events = plane.kubectl("get", "events", "-n", namespace, check=False).stdout
+        status = json.dumps((plane.get(kind, name, namespace=namespace) or {}).get("status"))
+        raise TimeoutError(f"{exc}\nstatus: {status}\npods:\n{pods}\nevents:\n{events[-3000:]}") from None

@@ -1,0 +1,241 @@
+"""A drill's scenario laid on the real control plane, and its bundled playbook run there.
+
+The workloads, routes and autoscalers of the scenario are created through the API and the real
+controllers make and schedule the pods; what only a kubelet knows is then reported as a kubelet
+would (the containers' restarts and last terminations, readiness, their logs, moved onto wall
+time). Exec into a pod reaches the stand-in tool in kwok's pod, which asks the scenario's
+simulated world what that pod prints (`PodOracle`). Metrics come from a real Prometheus holding
+the drill's timeline, read at the scenario's virtual time by a fake clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import http.server
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runbook import journal as journals
+from runbook import settings, shared_state
+from runbook.actions import load_builtin
+from runbook.cli.connect import Connection, close_world, real_world
+from runbook.clock import FakeClock
+from runbook.config import load_config
+from runbook.drill.run import bundled_playbook
+from runbook.engine.operator import AssumeYes
+from runbook.engine.runner import Engine, RunResult
+from runbook.errors import RunbookError
+from runbook.model.events import Event
+from runbook.sim.world import _log_lines, build_world, log_window
+from tests.controlplane import identity
+from tests.controlplane.objects import VLLM_IMAGE, settled
+from tests.controlplane.plane import ControlPlane, wait_for
+from tests.realstack.cluster import autoscaler_object, route_object
+from tests.realstack.timeline import Played, alert_of, signal_overrides
+
+KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": "DaemonSet"}
+ROUTE_KINDS = {"service": "Service", "ingress": "Ingress", "httproute": "HTTPRoute"}
+AUTOSCALER_KINDS = {"hpa": ("autoscaling/v2", "HorizontalPodAutoscaler"), "scaledobject": ("keda.sh/v1alpha1",
+                                                                                              "ScaledObject")}
+LOG_HISTORY = dt.timedelta(hours=1)  # of each container's log, written before the run
+
+
+class PodOracle:
+    """Answers the pods' stand-in tools from a simulated world, over loopback."""
+
+    def __init__(self, plane: ControlPlane):
+        self.world: Any = None
+        self.lock = threading.RLock()
+        oracle = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - the http.server interface
+                asked = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = json.dumps(oracle.answer(asked["namespace"], asked["pod"], asked["argv"])).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True, name="pod-oracle").start()
+        self.url_file = plane.pods_dir / "oracle.url"
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+
+    def use(self, world: Any) -> None:
+        with self.lock:
+            self.world = world
+        if world is None:
+            self.url_file.unlink(missing_ok=True)
+        else:
+            self.url_file.write_text(self.url)
+
+    def answer(self, namespace: str, pod: str, argv: list[str]) -> dict:
+        with self.lock:
+            world = self.world
+            target = world.state.pods.get((namespace, pod)) if world is not None else None
+            if target is None:
+                return {"stdout": "", "stderr": f"{argv[0]}: no such pod in the scenario\n", "exit_code": 127}
+            try:
+                done = world.cluster.exec(namespace, pod, target.containers[0].name, argv, timeout=30)
+            except RunbookError as exc:
+                return {"stdout": "", "stderr": f"{exc}\n", "exit_code": 126}
+        return {"stdout": done.stdout, "stderr": done.stderr, "exit_code": done.exit_code}
+
+    def stop(self) -> None:
+        self.use(None)
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@dataclasses.dataclass
+class Laid:
+    config: Path
+    clock: FakeClock
+    world: Any
+    namespaces: tuple[str, ...]
+
+
+def _workload_object(w) -> dict:
+    kind = KINDS[w.spec.kind]
+    containers = []
+    for name, (command, args) in w.containers.items():
+        c: dict = {"name": name, "image": VLLM_IMAGE,
+                   "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}
+        if command:
+            c["command"] = list(command)
+        if args:
+            c["args"] = list(args)
+        containers.append(c)
+    labels = {**w.spec.labels, **w.spec.selector}
+    spec: dict = {"selector": {"matchLabels": dict(w.spec.selector)},
+                  "template": {"metadata": {"labels": labels},
+                               "spec": {"terminationGracePeriodSeconds": 5, "containers": containers}}}
+    if kind != "DaemonSet":
+        spec["replicas"] = w.replicas
+    if kind == "StatefulSet":
+        spec["serviceName"] = w.spec.name
+    meta: dict = {"name": w.spec.name, "namespace": w.namespace, "labels": dict(w.spec.labels)}
+    if w.spec.annotations:
+        meta["annotations"] = dict(w.spec.annotations)
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def _wall(virtual: dt.datetime, shift: dt.timedelta) -> str:
+    return (virtual + shift).astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def report_as_kubelet(plane: ControlPlane, world: Any, namespaces: tuple[str, ...]) -> None:
+    """The world's pods' restarts, last terminations and readiness written to the real pods'
+    status, and their containers' logs (current and previous) to kwok's log files on wall time."""
+    state = world.state
+    now = state.now()
+    shift = dt.datetime.now(dt.timezone.utc) - now
+    for (namespace, name), pod in sorted(state.pods.items()):
+        if namespace not in namespaces:
+            continue
+        real = plane.get("pod", name, namespace=namespace)
+        if real is None:
+            raise AssertionError(f"the scenario's pod {namespace}/{name} has no real twin: the controller named "
+                                 "its pods otherwise")
+        seen = pod.to_pod(now)
+        statuses = real["status"]["containerStatuses"]
+        for status, c, view in zip(statuses, pod.containers, seen.containers):
+            status["restartCount"] = c.restart_count
+            status["ready"] = view.ready
+            if c.last_termination:
+                reason, at, code = c.last_termination
+                status["lastState"] = {"terminated": {"reason": reason, "exitCode": code,
+                                                      "finishedAt": _wall(at, shift)[:19] + "Z"}}
+        conditions = real["status"]["conditions"]
+        for condition in conditions:
+            if condition["type"] in ("Ready", "ContainersReady"):
+                condition["status"] = "True" if seen.ready else "False"
+        plane.kubectl("patch", "pod", name, "-n", namespace, "--subresource=status", "--type=merge", "-p",
+                      json.dumps({"status": {"containerStatuses": statuses, "conditions": conditions}}))
+        c = pod.containers[0]
+        for previous in (False, True):
+            window = log_window(c, now, int(LOG_HISTORY.total_seconds()), previous=previous)
+            if window is None:
+                continue
+            lines = _log_lines(state, pod, c.name, *window, timestamps=True)
+            stamped = []
+            for line in lines:
+                stamp, _, text = line.partition(" ")
+                at = dt.datetime.strptime(stamp[:26] + "Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.timezone.utc)
+                stamped.append((_wall(at, shift), text))
+            plane.write_log(namespace, stamped, pod=name, previous=previous)
+
+
+def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Played, directory: Path) -> Laid:
+    scenario = played.scenario
+    clock = FakeClock(scenario.t0)
+    world = build_world(scenario, clock)
+    state = world.state
+    namespaces = tuple(sorted({w.namespace for w in state.workloads.values()} | {p.namespace for p in state.pods.values()}))
+    for namespace in namespaces:
+        plane.clear_pods_dir(namespace)
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        wait_for(f"the default ServiceAccount in {namespace}",
+                 lambda: plane.get("serviceaccount", "default", namespace=namespace), timeout=60)
+    docs = [_workload_object(w) for w in state.workloads.values()]
+    for route in world.cluster.routes.routes.values():
+        doc = route_object(route)
+        doc["metadata"]["namespace"] = route.namespace
+        api = {"service": "v1", "ingress": "networking.k8s.io/v1", "httproute": "gateway.networking.k8s.io/v1"}
+        docs.append({"apiVersion": api[route.kind], "kind": ROUTE_KINDS[route.kind], **doc})
+    for scaler in world.cluster.autoscalers_of.items.values():
+        doc = autoscaler_object(scaler)
+        doc["metadata"]["namespace"] = scaler.namespace
+        api, kind = AUTOSCALER_KINDS[scaler.kind]
+        docs.append({"apiVersion": api, "kind": kind, **doc})
+    plane.apply(*docs)
+    for w in state.workloads.values():
+        settled(plane, w.namespace, w.spec.kind, w.spec.name, timeout=120)
+    report_as_kubelet(plane, world, namespaces)
+    oracle.use(world)
+    directory.mkdir(parents=True, exist_ok=True)
+    kubeconfig = identity.runbook_kubeconfig(plane, namespaces[0], directory / "kubeconfig")
+    config = {
+        "prometheus": {"url": prometheus_url, "timeout": 10},
+        "signals": {"overrides": signal_overrides(scenario)},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "context": "runbook-test", "request_timeout": 10,
+                       "connect_timeout": 5, "retries": 1},
+    }
+    path = directory / "runbook.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    return Laid(path, clock, world, namespaces)
+
+
+def clear(plane: ControlPlane, oracle: PodOracle, laid: Laid) -> None:
+    oracle.use(None)
+    for namespace in laid.namespaces:
+        plane.kubectl("delete", "namespace", namespace, "--wait=true", timeout=180)
+
+
+def run(laid: Laid, played: Played, state: Path) -> tuple[RunResult, list[Event]]:
+    """The engine as `runbook run --config` builds it (the real backends), on the scenario's clock,
+    with the drill's --yes."""
+    registry = load_builtin()
+    playbook = bundled_playbook(played.scenario.playbook, registry)
+    world = real_world(load_config(laid.config), Connection())
+    incident = journals.new_incident_id(laid.clock.now(), playbook.name)
+    journal = journals.JsonlJournal.for_incident(state, incident, journals.new_run_id())
+    operator = AssumeYes("controlplane", rehearsal=True)
+    engine = Engine(registry=registry, world=world, clock=laid.clock, journal=journal, operator=operator,
+                    locks=shared_state.target_locks(world, state), history=journals.History(state),
+                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
+    try:
+        result = engine.run(playbook, alert=alert_of(played.scenario), params=played.scenario.params)
+    finally:
+        journal.close()
+        close_world(world)
+    return result, journals.read_journal(journal.path).events
