@@ -2,7 +2,8 @@
 # Builds the real Kubernetes control plane the tests run runbook against, once per machine:
 # kube-apiserver, kube-controller-manager and kube-scheduler from k8s.io/kubernetes, etcd from
 # go.etcd.io/etcd/server/v3 and kwok from sigs.k8s.io/kwok, each at the version its go.mod pins;
-# and the CRDs of the Gateway API (HTTPRoute) and KEDA (ScaledObject), from their modules' sources.
+# and the CRDs of the Gateway API (HTTPRoute), KEDA (ScaledObject) and kwok's exec and logs, from their
+# modules' sources.
 #
 #   tests/controlplane/build.sh           build what is missing; print the folder of the binaries
 #   tests/controlplane/build.sh --where   print that folder only (the tests look there)
@@ -46,10 +47,14 @@ if [ ! -f "$crds/.complete" ]; then
   mkdir -p "$crds"
   gateway="$(cd "$here/crds" && go mod download -json sigs.k8s.io/gateway-api | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
   keda="$(cd "$here/crds" && go mod download -json github.com/kedacore/keda/v2 | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  kwok="$(cd "$here/crds" && go mod download -json sigs.k8s.io/kwok | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
   cp "$gateway/config/crd/standard/gateway.networking.k8s.io_httproutes.yaml" \
      "$gateway/config/crd/standard/gateway.networking.k8s.io_gateways.yaml" \
      "$gateway/config/crd/standard/gateway.networking.k8s.io_gatewayclasses.yaml" \
-     "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" "$crds/"
+     "$keda/config/crd/bases/keda.sh_scaledobjects.yaml" \
+     "$kwok/kustomize/crd/bases/kwok.x-k8s.io_execs.yaml" "$kwok/kustomize/crd/bases/kwok.x-k8s.io_clusterexecs.yaml" \
+     "$kwok/kustomize/crd/bases/kwok.x-k8s.io_logs.yaml" "$kwok/kustomize/crd/bases/kwok.x-k8s.io_clusterlogs.yaml" \
+     "$crds/"
   touch "$crds/.complete"
 fi
 echo "$bin"

@@ -34,11 +34,7 @@ def plane(tmp_path_factory) -> Iterator[planes.ControlPlane]:
 def namespace(plane) -> Iterator[str]:
     """A namespace made for this test (kwok knows its pods by name), deleted after it."""
     name = next(_pool)
-    plane.clear_pods_dir(name)
-    plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=true", timeout=120)
-    plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    planes.wait_for(f"the default ServiceAccount in {name}",
-                    lambda: plane.get("serviceaccount", "default", namespace=name), timeout=60)
+    plane.make_namespace(name)
     yield name
     plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
 

@@ -34,7 +34,7 @@ from runbook.model.events import Event
 from runbook.sim.world import _log_lines, build_world, log_window
 from tests.controlplane import identity
 from tests.controlplane.objects import VLLM_IMAGE, settled
-from tests.controlplane.plane import ControlPlane, wait_for
+from tests.controlplane.plane import NAMED_PODS, ControlPlane, wait_for
 from tests.realstack.cluster import autoscaler_object, route_object
 from tests.realstack.timeline import Played, alert_of, signal_overrides
 
@@ -50,6 +50,7 @@ class PodOracle:
 
     def __init__(self, plane: ControlPlane):
         self.world: Any = None
+        self.twins: dict[tuple[str, str], str] = {}  # (namespace, real pod) -> the world's pod
         self.lock = threading.RLock()
         oracle = self
 
@@ -70,9 +71,9 @@ class PodOracle:
         self.url_file = plane.pods_dir / "oracle.url"
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
 
-    def use(self, world: Any) -> None:
+    def use(self, world: Any, twins: dict[tuple[str, str], str] | None = None) -> None:
         with self.lock:
-            self.world = world
+            self.world, self.twins = world, dict(twins or {})
         if world is None:
             self.url_file.unlink(missing_ok=True)
         else:
@@ -81,6 +82,7 @@ class PodOracle:
     def answer(self, namespace: str, pod: str, argv: list[str]) -> dict:
         with self.lock:
             world = self.world
+            pod = self.twins.get((namespace, pod), pod)
             target = world.state.pods.get((namespace, pod)) if world is not None else None
             if target is None:
                 return {"stdout": "", "stderr": f"{argv[0]}: no such pod in the scenario\n", "exit_code": 127}
@@ -129,19 +131,70 @@ def _workload_object(w) -> dict:
     return {"apiVersion": "apps/v1", "kind": kind, "metadata": meta, "spec": spec}
 
 
+def _extra_pods(world: Any) -> dict[tuple[str, str], list[Any]]:
+    """The scenario's pods of no workload it models (an API gateway's, say), by (namespace, owner)."""
+    found: dict[tuple[str, str], list[Any]] = {}
+    for pod in world.state.pods.values():
+        if pod.workload is None and pod.owner:
+            found.setdefault((pod.namespace, pod.owner), []).append(pod)
+    return found
+
+
+def _owners_of_extra_pods(world: Any) -> list[dict]:
+    """Their owners made real: a Deployment of as many pods, with their labels and containers."""
+    docs = []
+    for (namespace, owner), pods in sorted(_extra_pods(world).items()):
+        kind, _, name = owner.partition("/")
+        labels = dict(pods[0].labels)
+        containers = [{"name": c.name, "image": "registry.example/gateway:2"} for c in pods[0].containers]
+        docs.append({"apiVersion": "apps/v1", "kind": KINDS[kind], "metadata": {"name": name, "namespace": namespace},
+                     "spec": {"replicas": len(pods), "selector": {"matchLabels": labels},
+                              "template": {"metadata": {"labels": labels},
+                                           "spec": {"terminationGracePeriodSeconds": 5, "containers": containers}}}})
+    return docs
+
+
 def _wall(virtual: dt.datetime, shift: dt.timedelta) -> str:
     return (virtual + shift).astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
-def report_as_kubelet(plane: ControlPlane, world: Any, namespaces: tuple[str, ...]) -> None:
-    """The world's pods' restarts, last terminations and readiness written to the real pods'
+def twins(plane: ControlPlane, world: Any) -> dict[tuple[str, str], str]:
+    """(namespace, real pod) -> the world's pod of the same workload, in name order: a StatefulSet's
+    pods have the same names, a Deployment's are named by its ReplicaSet at random. The real pods
+    the controllers named are made known to kwok (their exec and logs)."""
+    found: dict[tuple[str, str], str] = {}
+    unnamed: dict[str, list[str]] = {}
+    groups = [(namespace, dict(w.spec.selector), sorted(p.name for p in world.state.pods.values()
+                                                          if p.namespace == namespace and p.workload is w))
+              for (namespace, _, _), w in sorted(world.state.workloads.items())]
+    groups += [(namespace, dict(pods[0].labels), sorted(p.name for p in pods))
+               for (namespace, _), pods in sorted(_extra_pods(world).items())]
+    for namespace, labels, simulated in groups:
+        selector = ",".join(f"{k}={v}" for k, v in labels.items())
+        real = sorted(plane.kubectl("get", "pods", "-n", namespace, "-l", selector, "-o",
+                                    "jsonpath={.items[*].metadata.name}").stdout.split())
+        assert len(real) == len(simulated), f"{selector}: {real} against the scenario's {simulated}"
+        for name, twin in zip(real, simulated):
+            found[(namespace, name)] = twin
+            if name not in NAMED_PODS:
+                unnamed.setdefault(namespace, []).append(name)
+    for namespace, names in unnamed.items():
+        plane.name_pods(namespace, names)
+    return found
+
+
+def report_as_kubelet(plane: ControlPlane, world: Any, namespaces: tuple[str, ...],
+                      pairs: dict[tuple[str, str], str]) -> None:
+    """The world's pods' restarts, last terminations and readiness written to their real twins'
     status, and their containers' logs (current and previous) to kwok's log files on wall time."""
     state = world.state
+    real_of = {(ns, twin): real for (ns, real), twin in pairs.items()}
     now = state.now()
     shift = dt.datetime.now(dt.timezone.utc) - now
-    for (namespace, name), pod in sorted(state.pods.items()):
+    for (namespace, simulated), pod in sorted(state.pods.items()):
         if namespace not in namespaces:
             continue
+        name = real_of.get((namespace, simulated), simulated)
         real = plane.get("pod", name, namespace=namespace)
         if real is None:
             raise AssertionError(f"the scenario's pod {namespace}/{name} has no real twin: the controller named "
@@ -182,11 +235,8 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
     state = world.state
     namespaces = tuple(sorted({w.namespace for w in state.workloads.values()} | {p.namespace for p in state.pods.values()}))
     for namespace in namespaces:
-        plane.clear_pods_dir(namespace)
-        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        wait_for(f"the default ServiceAccount in {namespace}",
-                 lambda: plane.get("serviceaccount", "default", namespace=namespace), timeout=60)
-    docs = [_workload_object(w) for w in state.workloads.values()]
+        plane.make_namespace(namespace)
+    docs = [_workload_object(w) for w in state.workloads.values()] + _owners_of_extra_pods(world)
     for route in world.cluster.routes.routes.values():
         doc = route_object(route)
         doc["metadata"]["namespace"] = route.namespace
@@ -200,8 +250,11 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
     plane.apply(*docs)
     for w in state.workloads.values():
         settled(plane, w.namespace, w.spec.kind, w.spec.name, timeout=120)
-    report_as_kubelet(plane, world, namespaces)
-    oracle.use(world)
+    for namespace, owner in _extra_pods(world):
+        settled(plane, namespace, *owner.split("/"), timeout=120)
+    pairs = twins(plane, world)
+    report_as_kubelet(plane, world, namespaces, pairs)
+    oracle.use(world, pairs)
     directory.mkdir(parents=True, exist_ok=True)
     kubeconfig = identity.runbook_kubeconfig(plane, namespaces[0], directory / "kubeconfig")
     config = {

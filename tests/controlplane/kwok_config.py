@@ -1,9 +1,10 @@
 """kwok's configuration for the control plane: how its nodes and pods move (our own stages), and
 where their exec and logs go (the stand-in tools and per-container log files under `pods_dir`).
 
-kwok reads the stages, execs and logs from its config file at start: pods named in `named_pods`
-get an exec and logs of their own (the stand-ins know which pod they run in); any other pod gets
-its namespace's.
+kwok reads the stages from its config file; the execs and logs are objects in the API (its CRDs),
+so a test can name a pod the controllers made: pods named in `named_pods` (or later by
+`pod_documents`) get an exec and logs of their own (the stand-ins know which pod they run in);
+any other pod gets its namespace's.
 """
 
 from __future__ import annotations
@@ -122,30 +123,30 @@ def log_file(pods_dir: Path, namespace: str, pod: str | None, *, previous: bool 
     return pods_dir / namespace / (pod or "_any") / name
 
 
-def debugging(pods_dir: Path, namespaces: Iterable[str], named_pods: Iterable[tuple[str, str]]) -> list[dict]:
-    """ClusterExec and ClusterLogs documents: one per named pod, then one per namespace."""
+def pod_documents(pods_dir: Path, namespace: str, pod: str) -> list[dict]:
+    """An Exec and a Logs of kwok's for one pod, named after it."""
+    meta = {"name": pod, "namespace": namespace}
+    return [{"apiVersion": API, "kind": "Exec", "metadata": meta, "spec": {"execs": [_local(pods_dir, namespace, pod)]}},
+            {"apiVersion": API, "kind": "Logs", "metadata": meta, "spec": {"logs": [{
+                "logsFile": str(log_file(pods_dir, namespace, pod)),
+                "previousLogsFile": str(log_file(pods_dir, namespace, pod, previous=True))}]}}]
+
+
+def namespace_documents(pods_dir: Path, namespaces: Iterable[str]) -> list[dict]:
+    """A ClusterExec and a ClusterLogs per namespace, for the pods no Exec or Logs names."""
     docs: list[dict] = []
-
-    def both(name: str, namespace: str, pod: str | None) -> None:
-        selector: dict = {"matchNamespaces": [namespace]}
-        if pod is not None:
-            selector["matchNames"] = [pod]
-        docs.append({"apiVersion": API, "kind": "ClusterExec", "metadata": {"name": f"exec-{name}"},
-                     "spec": {"selector": selector, "execs": [_local(pods_dir, namespace, pod)]}})
-        docs.append({"apiVersion": API, "kind": "ClusterLogs", "metadata": {"name": f"logs-{name}"},
-                     "spec": {"selector": selector, "logs": [{
-                         "logsFile": str(log_file(pods_dir, namespace, pod)),
-                         "previousLogsFile": str(log_file(pods_dir, namespace, pod, previous=True))}]}})
-
-    for namespace, pod in named_pods:
-        both(f"{namespace}-{pod}", namespace, pod)
     for namespace in namespaces:
-        both(namespace, namespace, None)
+        selector = {"matchNamespaces": [namespace]}
+        docs.append({"apiVersion": API, "kind": "ClusterExec", "metadata": {"name": f"exec-{namespace}"},
+                     "spec": {"selector": selector, "execs": [_local(pods_dir, namespace, None)]}})
+        docs.append({"apiVersion": API, "kind": "ClusterLogs", "metadata": {"name": f"logs-{namespace}"},
+                     "spec": {"selector": selector, "logs": [{
+                         "logsFile": str(log_file(pods_dir, namespace, None)),
+                         "previousLogsFile": str(log_file(pods_dir, namespace, None, previous=True))}]}})
     return docs
 
 
-def write_config(path: Path, *, pki, server_port: int, pods_dir: Path, namespaces: Iterable[str],
-                 named_pods: Iterable[tuple[str, str]]) -> Path:
+def write_config(path: Path, *, pki, server_port: int) -> Path:
     configuration = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
         "options": {
@@ -159,10 +160,10 @@ def write_config(path: Path, *, pki, server_port: int, pods_dir: Path, namespace
             # Given explicitly: kwok leaves them 0 (and refuses to start) when its config file is read.
             "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4,
             "podsOnNodeSyncParallelism": 1,
-            "enableCRDs": [],
+            "enableCRDs": ["Exec", "ClusterExec", "Logs", "ClusterLogs"],
             "enableDebuggingHandlers": True,  # exec, logs: what the apiserver proxies to a kubelet
         },
     }
-    docs = [configuration, *stages(), *debugging(pods_dir, namespaces, named_pods)]
+    docs = [configuration, *stages()]
     path.write_text(yaml.safe_dump_all(docs, sort_keys=False), encoding="utf-8")
     return path

@@ -203,18 +203,17 @@ class ControlPlane:
             for pod in (*NAMED_PODS, "_any"):
                 (self.pods_dir / namespace / pod / "exec").mkdir(parents=True, exist_ok=True)
             self.clear_pods_dir(namespace)
-        config = kwok_config.write_config(self.work / "kwok.yaml", pki=pki, server_port=self.kubelet_port,
-                                          pods_dir=self.pods_dir, namespaces=NAMESPACES,
-                                          named_pods=[(ns, p) for ns in NAMESPACES for p in NAMED_PODS])
-        kwok_kubeconfig = self.kubeconfig(self.work / "kwok.kubeconfig", cert=pki.kwok)
-        env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        self._spawn("kwok", [f"--kubeconfig={kwok_kubeconfig}", f"--config={config}", "--v=warn"], env=env)
-
         # The Gateway API's HTTPRoute and KEDA's ScaledObject, as a cluster with them installed serves them.
         crds = sorted((self.bin.parent / "crds").glob("*.yaml"))
         self.kubectl("apply", "--server-side", *(f"--filename={c}" for c in crds))
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                      *(f"--filename={c}" for c in crds), timeout=90)
+        self.apply(*kwok_config.namespace_documents(self.pods_dir, NAMESPACES))
+        config = kwok_config.write_config(self.work / "kwok.yaml", pki=pki, server_port=self.kubelet_port)
+        kwok_kubeconfig = self.kubeconfig(self.work / "kwok.kubeconfig", cert=pki.kwok)
+        env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+        self._spawn("kwok", [f"--kubeconfig={kwok_kubeconfig}", f"--config={config}", "--v=warn"], env=env)
+
         self.apply(*(gpu_node(name) for name in NODES))
         wait_for("the kwok GPU nodes turn Ready", lambda: self._alive() or self._nodes_ready(), timeout=START_TIMEOUT)
         wait_for("the controller-manager makes the default ServiceAccount",
@@ -295,6 +294,28 @@ class ControlPlane:
         path = kwok_config.log_file(self.pods_dir, namespace, pod, previous=previous)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(f"{at} stdout F {line}\n" for at, line in lines), encoding="utf-8")
+
+    def make_namespace(self, namespace: str) -> None:
+        """`namespace` anew (deleted first if there): its default ServiceAccount made, kwok told of
+        its pods by name (NAMED_PODS), and their insides as new."""
+        self.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", timeout=180)
+        self.clear_pods_dir(namespace)
+        self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        wait_for(f"the default ServiceAccount in {namespace}",
+                 lambda: self.get("serviceaccount", "default", namespace=namespace), timeout=60)
+        self.name_pods(namespace, NAMED_PODS)
+
+    def name_pods(self, namespace: str, pods: Iterable[str]) -> None:
+        """Tell kwok which pod each is (an Exec and a Logs named after it, in its namespace): the
+        exec's tools then know their pod, and its logs are its own. For a name the controllers chose
+        (a Deployment's pods), after the pod is made."""
+        docs = []
+        for pod in pods:
+            where = self.pods_dir / namespace / pod
+            (where / "exec").mkdir(parents=True, exist_ok=True)
+            (where / "current.log").touch()
+            docs += kwok_config.pod_documents(self.pods_dir, namespace, pod)
+        self.apply(*docs)
 
     def clear_pods_dir(self, namespace: str) -> None:
         """Every pod of `namespace` as new: no answers, no calls, an empty log (a running container

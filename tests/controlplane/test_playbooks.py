@@ -18,7 +18,18 @@ from tests.prometheus.conftest import need_binary
 from tests.realstack import timeline
 from tests.realstack.stepped import SteppedPrometheus
 
-SCENARIOS = ("oom-surge", "oom-surge-hpa")
+SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "waiting-queue", "waiting-queue-all-unready",
+             "zombie-process", "latency-creep", "latency-creep-water-line", "prompt-truncation", "disconnect-storm",
+             "canary-rollback", "canary-rollback-stable-unready")
+# Divergences from the drill still open on the real control plane (scenario -> why).
+KNOWN: dict[str, str] = {
+    "zombie-process": "kwok's kubelet endpoint cannot end an exec with a non-zero exit code (it wraps the exit "
+                      "error, so the apiserver relays an InternalError where a kubelet sends NonZeroExitCode): "
+                      "the healthy pods' probes that exit 1 read as failures, and every pod looks hung",
+    "latency-creep": "its one-pod-at-a-time restarts wait for readiness on the drill's virtual clock while the real "
+                     "controller recreates the pod on wall time: the next delete meets the pod between its deletion "
+                     "and its replacement (404)",
+}
 
 
 def story(events) -> list[tuple[str, str | None]]:
@@ -64,6 +75,29 @@ def laid_out(plane, oracle, prometheus, tmp_path):
     yield put
     for laid in made:
         drills.clear(plane, oracle, laid)
+
+
+def _first_difference(events, expected) -> str:
+    """What the real run said where its story left the drill's (for the failure's message)."""
+    for got, want in zip(events, expected):
+        if (got.type, got.step) != (want.type, want.step):
+            return f"the real run: {got.type} {got.step} {got.data}\nthe drill: {want.type} {want.step} {want.data}"
+    return "one story is a prefix of the other"
+
+
+def _cases():
+    for name in SCENARIOS:
+        marks = [pytest.mark.xfail(strict=True, reason=KNOWN[name])] if name in KNOWN else []
+        yield pytest.param(name, marks=marks, id=name)
+
+
+@pytest.mark.parametrize("name", list(_cases()))
+def test_the_real_control_plane_journal_equals_the_drill(name, played, laid_out, tmp_path):
+    drill = played[name]
+    laid = laid_out(drill)
+    result, events = drills.run(laid, drill, tmp_path / "state")
+    assert story(events) == story(drill.events), _first_difference(events, drill.events)
+    assert result.outcome == drill.result.outcome == drill.scenario.expect
 
 
 def statefulset(plane, name="vllm-server", namespace="llm") -> dict:
