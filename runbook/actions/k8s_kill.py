@@ -65,7 +65,9 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
     again, but not the process that was planned). The container restarts with its current spec.
     Not reversible.
     """
-    chosen = select_pods(ctx, p)
+    # A terminating pod (a scale-down's, a rollout's) is going away with its processes: on a real
+    # cluster it is listed until its kubelet is done, but there is nothing in it to signal.
+    chosen = [pod for pod in select_pods(ctx, p) if not pod.deleting]
     namespace = ctx.namespace(p.namespace)
     target = _lock_target(namespace, p, chosen)
 

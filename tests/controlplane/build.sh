@@ -10,7 +10,7 @@
 #
 # The folder is keyed by the four go.mod/go.sum pairs, so a changed pin builds anew beside the old
 # one. RUNBOOK_CONTROLPLANE_CACHE moves the cache (default: ~/.cache/runbook/controlplane).
-# A cold build takes about 15 minutes on 2 cores; a warm one, nothing.
+# A cold build took 5.5 minutes on 2 cores (modules already downloaded); a warm one does nothing.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cache="${RUNBOOK_CONTROLPLANE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/runbook/controlplane}"

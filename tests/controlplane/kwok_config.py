@@ -93,9 +93,14 @@ def _stage(name: str, kind: str, expressions: list[dict], nxt: dict) -> dict:
                      "selector": {"matchExpressions": expressions}, "next": nxt}}
 
 
+def _with_delay(stage: dict, milliseconds: int) -> dict:
+    stage["spec"]["delay"] = {"durationMilliseconds": milliseconds}
+    return stage
+
+
 def stages() -> list[dict]:
-    """A node turns Ready with GPUs; a scheduled pod runs, ready at once; a deleted pod goes (its
-    grace period is the kubelet's to honour, and this kubelet stops containers at once)."""
+    """A node turns Ready with GPUs; a scheduled pod runs, ready at once; a deleted pod goes two
+    seconds later, as its containers stop."""
     not_ready = {"key": '.status.conditions.[] | select( .type == "Ready" ) | .status', "operator": "NotIn",
                  "values": ["True"]}
     return [
@@ -105,8 +110,10 @@ def stages() -> list[dict]:
             {"key": ".status.phase", "operator": "In", "values": ["Pending"]},
             not_ready,
         ], {"statusTemplate": POD_RUNNING}),
-        _stage("runbook-pod-delete", "Pod", [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
-               {"delete": True}),
+        _with_delay({**_stage("runbook-pod-delete", "Pod", [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
+                  {"delete": True}),
+         # A kubelet stops the containers first: the pod is listed as terminating meanwhile.
+         }, 2000),
     ]
 
 

@@ -58,7 +58,7 @@ def missing_reason() -> str | None:
     if absent:
         go = "" if shutil.which("go") else " (the Go toolchain is not installed, so it cannot be built here)"
         return (f"the real control plane is not built: {', '.join(absent)} missing in {folder}{go}; "
-                "run tests/controlplane/build.sh (about 15 minutes cold, on 2 cores)")
+                "run tests/controlplane/build.sh (about 6 minutes cold, on 2 cores)")
     if shutil.which("kubectl") is None:
         return "kubectl is not installed (the control-plane tests read the cluster with it)"
     return None

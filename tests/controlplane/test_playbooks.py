@@ -26,9 +26,6 @@ KNOWN: dict[str, str] = {
     "zombie-process": "kwok's kubelet endpoint cannot end an exec with a non-zero exit code (it wraps the exit "
                       "error, so the apiserver relays an InternalError where a kubelet sends NonZeroExitCode): "
                       "the healthy pods' probes that exit 1 read as failures, and every pod looks hung",
-    "latency-creep": "its one-pod-at-a-time restarts wait for readiness on the drill's virtual clock while the real "
-                     "controller recreates the pod on wall time: the next delete meets the pod between its deletion "
-                     "and its replacement (404)",
 }
 
 
