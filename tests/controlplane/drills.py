@@ -3,8 +3,9 @@
 The workloads, routes and autoscalers of the scenario are created through the API and the real
 controllers make and schedule the pods; what only a kubelet knows is then reported as a kubelet
 would (the containers' restarts and last terminations, readiness, their logs, moved onto wall
-time). Exec into a pod reaches the stand-in tool in kwok's pod, which asks the scenario's
-simulated world what that pod prints (`PodOracle`). Metrics come from a real Prometheus holding
+time). Exec into a pod reaches the stand-in tool behind the node's kubelet endpoint
+(kubeletfront), which asks the scenario's simulated world what that pod prints and exits as it
+would (`PodOracle`). Metrics come from a real Prometheus holding
 the drill's timeline, read at the scenario's virtual time by a fake clock.
 """
 

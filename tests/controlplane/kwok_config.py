@@ -1,10 +1,11 @@
 """kwok's configuration for the control plane: how its nodes and pods move (our own stages), and
-where their exec and logs go (the stand-in tools and per-container log files under `pods_dir`).
+where their logs go (per-container log files under `pods_dir`).
 
-kwok reads the stages from its config file; the execs and logs are objects in the API (its CRDs),
-so a test can name a pod the controllers made: pods named in `named_pods` (or later by
-`pod_documents`) get an exec and logs of their own (the stand-ins know which pod they run in);
-any other pod gets its namespace's.
+kwok reads the stages from its config file; the logs are objects in the API (its CRDs), so a test
+can name a pod the controllers made: pods named in `named_pods` (or later by `pod_documents`) get
+logs of their own; any other pod gets its namespace's. Exec does not go to kwok: the nodes'
+kubelet endpoint is kubeletfront (kwok/kubeletfront), which runs the stand-in tools itself and
+hands the rest to kwok.
 """
 
 from __future__ import annotations
@@ -117,13 +118,6 @@ def stages() -> list[dict]:
     ]
 
 
-def _local(pods_dir: Path, namespace: str, pod: str | None) -> dict:
-    envs = [{"name": "RUNBOOK_STANDIN_DIR", "value": str(pods_dir)}, {"name": "RUNBOOK_POD_NAMESPACE", "value": namespace}]
-    if pod is not None:
-        envs.append({"name": "RUNBOOK_POD_NAME", "value": pod})
-    return {"local": {"workDir": str(pods_dir), "envs": envs}}
-
-
 def log_file(pods_dir: Path, namespace: str, pod: str | None, *, previous: bool = False) -> Path:
     """Where a pod's container log lies (CRI format: `TIME stdout F LINE`); `pod=None`: the namespace's."""
     name = "previous.log" if previous else "current.log"
@@ -131,21 +125,18 @@ def log_file(pods_dir: Path, namespace: str, pod: str | None, *, previous: bool 
 
 
 def pod_documents(pods_dir: Path, namespace: str, pod: str) -> list[dict]:
-    """An Exec and a Logs of kwok's for one pod, named after it."""
+    """A Logs of kwok's for one pod, named after it."""
     meta = {"name": pod, "namespace": namespace}
-    return [{"apiVersion": API, "kind": "Exec", "metadata": meta, "spec": {"execs": [_local(pods_dir, namespace, pod)]}},
-            {"apiVersion": API, "kind": "Logs", "metadata": meta, "spec": {"logs": [{
+    return [{"apiVersion": API, "kind": "Logs", "metadata": meta, "spec": {"logs": [{
                 "logsFile": str(log_file(pods_dir, namespace, pod)),
                 "previousLogsFile": str(log_file(pods_dir, namespace, pod, previous=True))}]}}]
 
 
 def namespace_documents(pods_dir: Path, namespaces: Iterable[str]) -> list[dict]:
-    """A ClusterExec and a ClusterLogs per namespace, for the pods no Exec or Logs names."""
+    """A ClusterLogs per namespace, for the pods no Logs names."""
     docs: list[dict] = []
     for namespace in namespaces:
         selector = {"matchNamespaces": [namespace]}
-        docs.append({"apiVersion": API, "kind": "ClusterExec", "metadata": {"name": f"exec-{namespace}"},
-                     "spec": {"selector": selector, "execs": [_local(pods_dir, namespace, None)]}})
         docs.append({"apiVersion": API, "kind": "ClusterLogs", "metadata": {"name": f"logs-{namespace}"},
                      "spec": {"selector": selector, "logs": [{
                          "logsFile": str(log_file(pods_dir, namespace, None)),
@@ -153,13 +144,14 @@ def namespace_documents(pods_dir: Path, namespaces: Iterable[str]) -> list[dict]
     return docs
 
 
-def write_config(path: Path, *, pki, server_port: int) -> Path:
+def write_config(path: Path, *, pki, server_port: int, kubelet_port: int) -> Path:
+    """kwok serves on `server_port`; its nodes name `kubelet_port` (kubeletfront's) as their kubelet's."""
     configuration = {
         "apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokConfiguration",
         "options": {
             "manageAllNodes": False,
             "manageNodesWithLabelSelector": "type=kwok",
-            "nodeIP": "127.0.0.1", "nodePort": server_port,
+            "nodeIP": "127.0.0.1", "nodePort": kubelet_port,
             "serverAddress": f"127.0.0.1:{server_port}",
             "tlsCertFile": str(pki.kubelet_serving.cert), "tlsPrivateKeyFile": str(pki.kubelet_serving.key),
             "cidr": "10.244.0.0/16",
@@ -167,8 +159,8 @@ def write_config(path: Path, *, pki, server_port: int) -> Path:
             # Given explicitly: kwok leaves them 0 (and refuses to start) when its config file is read.
             "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4,
             "podsOnNodeSyncParallelism": 1,
-            "enableCRDs": ["Exec", "ClusterExec", "Logs", "ClusterLogs"],
-            "enableDebuggingHandlers": True,  # exec, logs: what the apiserver proxies to a kubelet
+            "enableCRDs": ["Logs", "ClusterLogs"],
+            "enableDebuggingHandlers": True,  # logs: what the apiserver proxies to a kubelet (via kubeletfront)
         },
     }
     docs = [configuration, *stages()]

@@ -30,10 +30,10 @@ from tests.controlplane import certs, kwok_config
 from tests.prometheus.conftest import free_port
 
 HERE = Path(__file__).resolve().parent
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubeletfront")
 TOOLS = ("nvidia-smi", "ps", "ss", "fuser", "kill", "cat", "pgrep", "pkill", "stat", "readlink", "ls", "curl")
 NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
-# Namespaces kwok is told of at start, each with the pods whose exec knows its own name.
+# Namespaces kwok is told of at start, each with the pods whose logs are their own.
 NAMESPACES = ("llm", *(f"rb-{n:02d}" for n in range(1, 41)))
 NAMED_PODS = tuple(f"vllm-server-{i}" for i in range(6)) + tuple(f"vllm-canary-{i}" for i in range(2))
 START_TIMEOUT = 120.0
@@ -103,7 +103,7 @@ class ControlPlane:
         self.work, self.bin = work, binaries
         self.processes: list[Process] = []
         self.pki = certs.make_pki(work / "pki")
-        self.etcd_port, self.peer_port, self.port, self.kubelet_port = (free_port() for _ in range(4))
+        self.etcd_port, self.peer_port, self.port, self.kubelet_port, self.kwok_port = (free_port() for _ in range(5))
         self.url = f"https://127.0.0.1:{self.port}"
         self.pods_dir = work / "pods"
         self.admin_kubeconfig = self.kubeconfig(work / "admin.kubeconfig", cert=self.pki.admin)
@@ -209,10 +209,16 @@ class ControlPlane:
         self.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                      *(f"--filename={c}" for c in crds), timeout=90)
         self.apply(*kwok_config.namespace_documents(self.pods_dir, NAMESPACES))
-        config = kwok_config.write_config(self.work / "kwok.yaml", pki=pki, server_port=self.kubelet_port)
+        config = kwok_config.write_config(self.work / "kwok.yaml", pki=pki, server_port=self.kwok_port,
+                                          kubelet_port=self.kubelet_port)
         kwok_kubeconfig = self.kubeconfig(self.work / "kwok.kubeconfig", cert=pki.kwok)
+        self._spawn("kwok", [f"--kubeconfig={kwok_kubeconfig}", f"--config={config}", "--v=warn"])
+        # The nodes' kubelet endpoint: exec runs the stand-in tools and ends with their exit status.
         env = dict(os.environ, PATH=f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}")
-        self._spawn("kwok", [f"--kubeconfig={kwok_kubeconfig}", f"--config={config}", "--v=warn"], env=env)
+        self._spawn("kubeletfront", [f"--listen=127.0.0.1:{self.kubelet_port}", f"--kwok=https://127.0.0.1:{self.kwok_port}",
+                                     f"--tls-cert-file={pki.kubelet_serving.cert}",
+                                     f"--tls-private-key-file={pki.kubelet_serving.key}",
+                                     f"--standin-dir={self.pods_dir}"], env=env)
 
         self.apply(*(gpu_node(name) for name in NODES))
         wait_for("the kwok GPU nodes turn Ready", lambda: self._alive() or self._nodes_ready(), timeout=START_TIMEOUT)
@@ -306,9 +312,9 @@ class ControlPlane:
         self.name_pods(namespace, NAMED_PODS)
 
     def name_pods(self, namespace: str, pods: Iterable[str]) -> None:
-        """Tell kwok which pod each is (an Exec and a Logs named after it, in its namespace): the
-        exec's tools then know their pod, and its logs are its own. For a name the controllers chose
-        (a Deployment's pods), after the pod is made."""
+        """Tell kwok which pod each is (a Logs named after it, in its namespace), so its logs are
+        its own, and make its folder, so its exec's calls are recorded. For a name the controllers
+        chose (a Deployment's pods), after the pod is made."""
         docs = []
         for pod in pods:
             where = self.pods_dir / namespace / pod

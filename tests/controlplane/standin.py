@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """A tool inside a kwok pod (`nvidia-smi`, `ps`, `ss`, `fuser`, `kill`, …): prints what the test
-wrote for it in that pod, and records the call.
+wrote for it in that pod, records the call, and exits as the test said.
 
-kwok runs it for an exec into a pod, with RUNBOOK_STANDIN_DIR, RUNBOOK_POD_NAMESPACE and (for a
-pod kwok was told of by name) RUNBOOK_POD_NAME set. The answer is the JSON file
-`DIR/NS/POD/exec/TOOL.json` (else `DIR/NS/_any/exec/TOOL.json`): {"stdout", "stderr", "exit_code",
-"sleep"}; each call is appended to `DIR/NS/POD/calls.jsonl`. A tool with no answer exits 127.
+kubeletfront runs it for an exec into a pod, with RUNBOOK_STANDIN_DIR, RUNBOOK_POD_NAMESPACE and
+RUNBOOK_POD_NAME set. The answer is the JSON file `DIR/NS/POD/exec/TOOL.json` (else
+`DIR/NS/_any/exec/TOOL.json`): {"stdout", "stderr", "exit_code", "sleep"}; each call is appended to
+`DIR/NS/POD/calls.jsonl` (`DIR/NS/_any/calls.jsonl` for a pod with no folder of its own). A tool
+with no answer exits 127.
 While `DIR/oracle.url` names one, a simulated world answers instead (tests/controlplane/drills.py).
 """
 
@@ -18,8 +19,9 @@ from pathlib import Path
 tool = os.path.basename(sys.argv[0])
 root = Path(os.environ["RUNBOOK_STANDIN_DIR"]) / os.environ.get("RUNBOOK_POD_NAMESPACE", "_none")
 pod = os.environ.get("RUNBOOK_POD_NAME", "_any")
-with open(root / pod / "calls.jsonl", "a", encoding="utf-8") if (root / pod).is_dir() else open(os.devnull, "a") as calls:
-    calls.write(json.dumps({"argv": [tool, *sys.argv[1:]], "at": time.time()}) + "\n")
+recorded = next((root / where / "calls.jsonl" for where in (pod, "_any") if (root / where).is_dir()), os.devnull)
+with open(recorded, "a", encoding="utf-8") as calls:
+    calls.write(json.dumps({"argv": [tool, *sys.argv[1:]], "at": time.time(), "pod": pod}) + "\n")
 oracle = Path(os.environ["RUNBOOK_STANDIN_DIR"]) / "oracle.url"
 if oracle.is_file():
     import urllib.request

@@ -1,4 +1,4 @@
-"""Exec and logs through the real apiserver to kwok's kubelet endpoint: the same upgrade, channels
+"""Exec and logs through the real apiserver to the nodes' kubelet endpoint: the same upgrade, channels
 and Status frames a kubelet serves, the pod's tool being a stand-in that prints a recorded output.
 """
 
@@ -34,9 +34,17 @@ def test_exec_runs_the_pods_own_tool_and_reads_its_output(plane, namespace, clus
     assert parse_memory_report(done.stdout)  # the parser reads what came over the wire
     assert plane.calls(namespace, "vllm-server-1") == [["nvidia-smi", "-q", "-d", "MEMORY"]]
     assert plane.calls(namespace, "vllm-server-0") == []  # each pod's tool is its own
-    # A non-zero exit is not tried here: kwok wraps the exit error, so its endpoint answers an
-    # InternalError where a kubelet answers NonZeroExitCode with the code; tests/kubernetes/test_exec.py
-    # checks that frame on the stand-in server (tests/README.md).
+
+
+def test_a_tool_that_exits_non_zero_is_an_answer_not_a_broken_exec(plane, namespace, cluster):
+    # pgrep finding nothing exits 1: the apiserver relays the kubelet's NonZeroExitCode Status frame.
+    plane.answer(namespace, "pgrep", pod="vllm-server-0", stdout="", stderr="", exit_code=1)
+    plane.answer(namespace, "curl", pod="vllm-server-0", stdout="", stderr="curl: (28) Operation timed out\n",
+                 exit_code=28)
+    quiet = cluster.exec(namespace, "vllm-server-0", "vllm", ["pgrep", "-f", "vllm serve"], timeout=20)
+    assert (quiet.stdout, quiet.exit_code) == ("", 1)
+    slow = cluster.exec(namespace, "vllm-server-0", "vllm", ["curl", "-sf", "http://127.0.0.1:8000/health"], timeout=20)
+    assert (slow.exit_code, slow.stderr) == (28, "curl: (28) Operation timed out\n")
 
 
 def test_exec_into_a_pod_that_is_not_there_says_so(plane, namespace, cluster):

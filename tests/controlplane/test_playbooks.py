@@ -23,9 +23,9 @@ SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "waiting-queue"
              "canary-rollback", "canary-rollback-stable-unready")
 # Divergences from the drill still open on the real control plane (scenario -> why).
 KNOWN: dict[str, str] = {
-    "zombie-process": "kwok's kubelet endpoint cannot end an exec with a non-zero exit code (it wraps the exit "
-                      "error, so the apiserver relays an InternalError where a kubelet sends NonZeroExitCode): "
-                      "the healthy pods' probes that exit 1 read as failures, and every pod looks hung",
+    "zombie-process": "http.probe GETs each pod's IP directly; kwok's pod IPs (10.244.0.0/16) lead nowhere on "
+                      "loopback, so no pod answers /health as its twin would and every pod looks hung (a pod "
+                      "health endpoint on the pods' addresses, or the probe through the apiserver's pod proxy, is next)",
 }
 
 
