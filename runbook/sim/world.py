@@ -42,7 +42,7 @@ from runbook.clock import Clock
 from runbook.sim.scenario import LogEntry, Scenario
 from runbook.errors import BackendUnavailable, CommandFailed, Conflict, InvalidInput, NotFound, StalePlan
 
-__all__ = ["SimulatedWorld", "SimMetrics", "SimCluster", "SimNodes", "SimHttp", "flag_value"]
+__all__ = ["SimulatedWorld", "SimMetrics", "SimCluster", "SimNodes", "SimHttp", "PodAnswer", "flag_value"]
 
 MAX_RANGE_POINTS = 11_000  # Prometheus refuses finer range queries
 
@@ -412,30 +412,48 @@ class SimNodes:
         return run_on_node(self._state, target, argv, timeout)
 
 
+@dataclasses.dataclass(frozen=True)
+class PodAnswer:
+    """What a pod's address does with one GET: answers, holds it unanswered, or refuses it (why)."""
+
+    response: HttpResponse | None = None
+    hangs: bool = False
+    refused: str | None = None
+
+
 class SimHttp:
     """GETs to pod addresses: `/health` answers per the pod's health."""
 
     def __init__(self, state: WorldState):
         self._state = state
 
-    def get(self, url: str, *, timeout: float) -> HttpResponse:
+    def answer(self, url: str) -> PodAnswer:
+        """What the pod behind `url` does now, without the client's wait (a stand-in server asks this)."""
         now = self._state.tick()
         parts = urllib.parse.urlsplit(url)
         host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
         pod = self._state.pod_by_ip(host)
         if pod is None:
-            raise BackendUnavailable(f"GET {url}: no route to host {host}")
+            return PodAnswer(refused=f"no route to host {host}")
         if pod.serving(now) and pod.health == "hang":
+            return PodAnswer(hangs=True)
+        if port not in pod.listening(now):
+            return PodAnswer(refused="connection refused")
+        if pod.health == "error":
+            return PodAnswer(HttpResponse(status=503, elapsed_seconds=0.002,
+                                          body='{"object":"error","message":"Service Unavailable","code":503}'))
+        if parts.path in ("/health", "/ping"):
+            return PodAnswer(HttpResponse(status=200, elapsed_seconds=0.004, body=""))
+        return PodAnswer(HttpResponse(status=404, elapsed_seconds=0.003, body='{"detail":"Not Found"}'))
+
+    def get(self, url: str, *, timeout: float) -> HttpResponse:
+        answer = self.answer(url)
+        if answer.hangs:
             self._state.wait(timeout)
             raise BackendUnavailable(f"GET {url} timed out after {timeout:g}s")
-        if port not in pod.listening(now):
-            raise BackendUnavailable(f"GET {url}: connection refused")
-        if pod.health == "error":
-            return HttpResponse(status=503, elapsed_seconds=0.002,
-                                body='{"object":"error","message":"Service Unavailable","code":503}')
-        if parts.path in ("/health", "/ping"):
-            return HttpResponse(status=200, elapsed_seconds=0.004, body="")
-        return HttpResponse(status=404, elapsed_seconds=0.003, body='{"detail":"Not Found"}')
+        if answer.response is None:
+            raise BackendUnavailable(f"GET {url}: {answer.refused}")
+        return answer.response
 
 
 class SimulatedWorld:

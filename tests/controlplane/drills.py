@@ -5,8 +5,9 @@ controllers make and schedule the pods; what only a kubelet knows is then report
 would (the containers' restarts and last terminations, readiness, their logs, moved onto wall
 time). Exec into a pod reaches the stand-in tool behind the node's kubelet endpoint
 (kubeletfront), which asks the scenario's simulated world what that pod prints and exits as it
-would (`PodOracle`). Metrics come from a real Prometheus holding
-the drill's timeline, read at the scenario's virtual time by a fake clock.
+would (`PodOracle`); a GET to a pod's address (kwok's are on loopback) is answered as its twin
+answers it (`pod_http`). Metrics come from a real Prometheus holding the drill's timeline, read at
+the scenario's virtual time by a fake clock.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from runbook.errors import RunbookError
 from runbook.model.events import Event
 from runbook.sim.world import _log_lines, build_world, log_window
 from tests.controlplane import identity
+from tests.controlplane.pod_http import PodPorts
 from tests.controlplane.objects import VLLM_IMAGE, settled
 from tests.controlplane.plane import NAMED_PODS, ControlPlane, wait_for
 from tests.realstack.cluster import autoscaler_object, route_object
@@ -43,16 +45,18 @@ KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": 
 ROUTE_KINDS = {"service": "Service", "ingress": "Ingress", "httproute": "HTTPRoute"}
 AUTOSCALER_KINDS = {"hpa": ("autoscaling/v2", "HorizontalPodAutoscaler"), "scaledobject": ("keda.sh/v1alpha1",
                                                                                               "ScaledObject")}
+VLLM_PORT = 8000  # what the playbooks probe unless told otherwise
 LOG_HISTORY = dt.timedelta(hours=1)  # of each container's log, written before the run
 
 
 class PodOracle:
-    """Answers the pods' stand-in tools from a simulated world, over loopback."""
+    """Answers the pods' stand-in tools and their HTTP ports from a simulated world, over loopback."""
 
     def __init__(self, plane: ControlPlane):
         self.world: Any = None
         self.twins: dict[tuple[str, str], str] = {}  # (namespace, real pod) -> the world's pod
         self.lock = threading.RLock()
+        self.ports = PodPorts(self.lock)
         oracle = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -72,13 +76,19 @@ class PodOracle:
         self.url_file = plane.pods_dir / "oracle.url"
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
 
-    def use(self, world: Any, twins: dict[tuple[str, str], str] | None = None) -> None:
+    def use(self, world: Any, twins: dict[tuple[str, str], str] | None = None,
+            addresses: dict[str, str] | None = None) -> None:
+        """Answer for `world`: `twins` are the real pods' twins, `addresses` their IPs' (real -> twin)."""
         with self.lock:
             self.world, self.twins = world, dict(twins or {})
         if world is None:
+            self.ports.close()
             self.url_file.unlink(missing_ok=True)
-        else:
-            self.url_file.write_text(self.url)
+            return
+        self.url_file.write_text(self.url)
+        now = world.state.now()
+        ports = {VLLM_PORT} | {port for pod in world.state.pods.values() for port in pod.listening(now)}
+        self.ports.open(world, addresses or {}, ports)
 
     def answer(self, namespace: str, pod: str, argv: list[str]) -> dict:
         with self.lock:
@@ -184,6 +194,16 @@ def twins(plane: ControlPlane, world: Any) -> dict[tuple[str, str], str]:
     return found
 
 
+def addresses(plane: ControlPlane, world: Any, pairs: dict[tuple[str, str], str]) -> dict[str, str]:
+    """The real pods' IPs (kwok's, on loopback) -> their twins' IPs in the world."""
+    found = {}
+    for (namespace, real), twin in sorted(pairs.items()):
+        ip = (plane.get("pod", real, namespace=namespace) or {}).get("status", {}).get("podIP")
+        assert ip, f"the pod {namespace}/{real} has no IP from kwok"
+        found[ip] = world.state.pods[(namespace, twin)].ip
+    return found
+
+
 def report_as_kubelet(plane: ControlPlane, world: Any, namespaces: tuple[str, ...],
                       pairs: dict[tuple[str, str], str]) -> None:
     """The world's pods' restarts, last terminations and readiness written to their real twins'
@@ -255,7 +275,7 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
         settled(plane, namespace, *owner.split("/"), timeout=120)
     pairs = twins(plane, world)
     report_as_kubelet(plane, world, namespaces, pairs)
-    oracle.use(world, pairs)
+    oracle.use(world, pairs, addresses(plane, world, pairs))
     directory.mkdir(parents=True, exist_ok=True)
     kubeconfig = identity.runbook_kubeconfig(plane, namespaces[0], directory / "kubeconfig")
     config = {

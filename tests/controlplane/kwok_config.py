@@ -154,7 +154,7 @@ def write_config(path: Path, *, pki, server_port: int, kubelet_port: int) -> Pat
             "nodeIP": "127.0.0.1", "nodePort": kubelet_port,
             "serverAddress": f"127.0.0.1:{server_port}",
             "tlsCertFile": str(pki.kubelet_serving.cert), "tlsPrivateKeyFile": str(pki.kubelet_serving.key),
-            "cidr": "10.244.0.0/16",
+            "cidr": "127.244.0.0/16",
             "nodeLeaseDurationSeconds": 40,
             # Given explicitly: kwok leaves them 0 (and refuses to start) when its config file is read.
             "podPlayStageParallelism": 4, "nodePlayStageParallelism": 4, "nodeLeaseParallelism": 4,

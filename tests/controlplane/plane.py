@@ -37,6 +37,15 @@ NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 NAMESPACES = ("llm", *(f"rb-{n:02d}" for n in range(1, 41)))
 NAMED_PODS = tuple(f"vllm-server-{i}" for i in range(6)) + tuple(f"vllm-canary-{i}" for i in range(2))
 START_TIMEOUT = 120.0
+# What the apiserver's audit log keeps (at Metadata level: who did which verb to what, and the answer):
+# the writes runbook makes, so that a test can count them as a cluster's auditor would.
+AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": [
+    {"level": "Metadata", "verbs": ["create", "update", "patch", "delete"], "resources": [
+        {"group": "apps", "resources": ["statefulsets", "deployments", "daemonsets", "statefulsets/scale",
+                                        "deployments/scale"]},
+        {"group": "coordination.k8s.io", "resources": ["leases"]},
+        {"group": "", "resources": ["pods", "pods/eviction", "configmaps", "services"]}]},
+    {"level": "None"}]}
 
 
 def binaries_folder() -> Path | None:
@@ -106,6 +115,7 @@ class ControlPlane:
         self.etcd_port, self.peer_port, self.port, self.kubelet_port, self.kwok_port = (free_port() for _ in range(5))
         self.url = f"https://127.0.0.1:{self.port}"
         self.pods_dir = work / "pods"
+        self.audit_log = work / "audit.jsonl"
         self.admin_kubeconfig = self.kubeconfig(work / "admin.kubeconfig", cert=self.pki.admin)
 
     # -- kubeconfigs ---------------------------------------------------------------------------
@@ -164,7 +174,10 @@ class ControlPlane:
                              "--unsafe-no-fsync", "--log-level", "warn", "--quota-backend-bytes", str(2 << 30)])
         wait_for("etcd answers /health", lambda: self._alive() or _http_ok(f"{client}/health"), timeout=30)
         pki = self.pki
+        policy = self.work / "audit-policy.yaml"
+        policy.write_text(yaml.safe_dump(AUDIT_POLICY, sort_keys=False), encoding="utf-8")
         self._spawn("kube-apiserver", [
+            f"--audit-policy-file={policy}", f"--audit-log-path={self.audit_log}", "--audit-log-mode=blocking",
             f"--etcd-servers={client}", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
             f"--secure-port={self.port}", f"--cert-dir={self.work / 'apiserver'}",
             f"--tls-cert-file={pki.apiserver.cert}", f"--tls-private-key-file={pki.apiserver.key}",
@@ -275,6 +288,15 @@ class ControlPlane:
                 return None
             raise ControlPlaneError(f"kubectl get {kind} {name or ''}: {done.stderr.strip()}")
         return json.loads(done.stdout)
+
+    def audit(self, namespace: str) -> list[dict]:
+        """The audit log's events of `namespace` so far (ResponseComplete; blocking mode writes each
+        before its request is answered)."""
+        if not self.audit_log.exists():
+            return []
+        events = (json.loads(line) for line in self.audit_log.read_text(encoding="utf-8").splitlines() if line)
+        return [e for e in events if (e.get("objectRef") or {}).get("namespace") == namespace
+                and e.get("stage") == "ResponseComplete"]
 
     def token(self, namespace: str, account: str, *, seconds: int = 3600) -> str:
         """A bound token for the service account, from the TokenRequest API (what a pod is given)."""

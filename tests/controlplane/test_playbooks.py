@@ -22,11 +22,7 @@ SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "waiting-queue"
              "zombie-process", "latency-creep", "latency-creep-water-line", "prompt-truncation", "disconnect-storm",
              "canary-rollback", "canary-rollback-stable-unready")
 # Divergences from the drill still open on the real control plane (scenario -> why).
-KNOWN: dict[str, str] = {
-    "zombie-process": "http.probe GETs each pod's IP directly; kwok's pod IPs (10.244.0.0/16) lead nowhere on "
-                      "loopback, so no pod answers /health as its twin would and every pod looks hung (a pod "
-                      "health endpoint on the pods' addresses, or the probe through the apiserver's pod proxy, is next)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def story(events) -> list[tuple[str, str | None]]:
@@ -136,3 +132,23 @@ def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, l
     done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
     assert done["spec"]["replicas"] == drill.world.state.workloads[("llm", "statefulset", "vllm-server")].replicas
 
+
+
+def test_zombie_process_probes_each_pod_on_its_address_and_deletes_only_the_hung_one(plane, played, laid_out,
+                                                                                     tmp_path):
+    drill = played["zombie-process"]
+    laid = laid_out(drill)
+    before = {p["metadata"]["name"]: p for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
+    result, events = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == drill.result.outcome == "resolved"
+    (probe,) = [e for e in events if e.type == "evidence" and e.step == "health" and e.data["kind"] == "probe"]
+    answers = probe.data["answers"]
+    for name, pod in before.items():  # GET http://<the pod's own IP>:8000/health, as from inside the cluster
+        assert answers[name]["url"] == f"http://{pod['status']['podIP']}:8000/health"
+    assert {n: a.get("status") for n, a in answers.items() if a["ok"]} == {"vllm-server-0": 200, "vllm-server-2": 200}
+    assert "timed out" in answers["vllm-server-1"]["error"]  # the hung API server held the connection unanswered
+    (expected,) = [e for e in drill.events if e.type == "evidence" and e.step == "health" and e.data["kind"] == "probe"]
+    assert {n: a["ok"] for n, a in answers.items()} == {n: a["ok"] for n, a in expected.data["answers"].items()}
+    after = {p["metadata"]["name"]: p["metadata"]["uid"]
+             for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
+    assert {n for n in before if after.get(n) != before[n]["metadata"]["uid"]} == {"vllm-server-1"}
