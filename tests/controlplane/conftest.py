@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.conftest import REQUIRE_INTEGRATION
+from tests.controlplane import drills
 from tests.controlplane import plane as planes
 
 _pool = itertools.cycle(planes.NAMESPACES[1:])
@@ -26,6 +27,14 @@ def plane(tmp_path_factory) -> Iterator[planes.ControlPlane]:
         pytest.skip(reason)
     made = planes.ControlPlane(tmp_path_factory.mktemp("controlplane"), planes.binaries_folder())
     made.start()
+    yield made
+    made.stop()
+
+
+@pytest.fixture(scope="session")
+def oracle(plane) -> Iterator[drills.PodOracle]:
+    """What the pods' tools print and their ports answer, from the scenario a test lays (`drills.lay`)."""
+    made = drills.PodOracle(plane)
     yield made
     made.stop()
 

@@ -26,13 +26,14 @@ from runbook import journal as journals
 from runbook import settings, shared_state
 from runbook.actions import load_builtin
 from runbook.cli.connect import Connection, close_world, real_world
-from runbook.clock import FakeClock
+from runbook.clock import Clock, FakeClock
 from runbook.config import load_config
 from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine, RunResult
 from runbook.errors import RunbookError
 from runbook.model.events import Event
+from runbook.sim.scenario import Scenario
 from runbook.sim.world import _log_lines, build_world, log_window
 from tests.controlplane import identity
 from tests.controlplane.pod_http import PodPorts
@@ -112,7 +113,7 @@ class PodOracle:
 @dataclasses.dataclass
 class Laid:
     config: Path
-    clock: FakeClock
+    clock: Clock
     world: Any
     namespaces: tuple[str, ...]
 
@@ -249,9 +250,12 @@ def report_as_kubelet(plane: ControlPlane, world: Any, namespaces: tuple[str, ..
             plane.write_log(namespace, stamped, pod=name, previous=previous)
 
 
-def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Played, directory: Path) -> Laid:
-    scenario = played.scenario
-    clock = FakeClock(scenario.t0)
+def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Played, directory: Path, *,
+        clock: Clock | None = None, scenario: Scenario | None = None) -> Laid:
+    """`scenario` (default: the drill's) laid on the plane, its world on `clock` (default: virtual
+    time from the scenario's start, which the run's Prometheus reads are made at)."""
+    scenario = scenario or played.scenario
+    clock = clock or FakeClock(scenario.t0)
     world = build_world(scenario, clock)
     state = world.state
     namespaces = tuple(sorted({w.namespace for w in state.workloads.values()} | {p.namespace for p in state.pods.values()}))

@@ -49,13 +49,6 @@ def prometheus(played, tmp_path_factory) -> Iterator[SteppedPrometheus]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def oracle(plane) -> Iterator[drills.PodOracle]:
-    made = drills.PodOracle(plane)
-    yield made
-    made.stop()
-
-
 @pytest.fixture
 def laid_out(plane, oracle, prometheus, tmp_path):
     made = []

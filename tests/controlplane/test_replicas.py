@@ -42,7 +42,8 @@ def test_two_replicas_on_the_real_leases_act_once_per_incident(plane, namespace,
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "playbooks" / "replica-scale.yaml").write_text(PLAYBOOK)
     (tmp_path / "runbook.yaml").write_text(yaml.safe_dump({
-        "kubernetes": {"request_timeout": 10, "connect_timeout": 5, "retries": 2, "max_retry_wait": 5},
+        "kubernetes": {"namespaces": [namespace], "request_timeout": 10, "connect_timeout": 5, "retries": 2,
+                       "max_retry_wait": 5},
         "webhook": {"workers": 2, "sweep_interval": "1s",
                     "policy": {"unattended": {"replica-scale": ["scale-down"]}}}}))
 
@@ -95,6 +96,7 @@ def test_two_replicas_on_the_real_leases_act_once_per_incident(plane, namespace,
     assert all(c["metadata"]["annotations"]["runbook/state"] == "committed" for c in claims)
     assert {c["spec"]["holderIdentity"] for c in claims} <= {"replica-a", "replica-b"}
     assert not [n for n in leases if n.startswith("runbook-incident-")], "an incident lock was left behind"
-    # Racing creates of one claim: the apiserver answered all but one with 409 AlreadyExists.
-    creates = [e for e in audit if e["objectRef"]["resource"] == "leases" and e["verb"] == "create"]
-    assert sum(1 for e in creates if e["responseStatus"]["code"] == 201) >= len(claims)
+    # Each claim was created once: a racing replica's create was answered 409 AlreadyExists, not a second Lease.
+    made = [e["objectRef"]["name"] for e in audit if e["objectRef"]["resource"] == "leases" and e["verb"] == "create"
+            and e["responseStatus"]["code"] == 201 and e["objectRef"]["name"].startswith("runbook-seen-")]
+    assert sorted(made) == sorted(c["metadata"]["name"] for c in claims)

@@ -8,7 +8,6 @@ is shortened with a param (`-p observe=10s`), the playbook is the bundled one.
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
@@ -18,9 +17,7 @@ import pytest
 
 from runbook import journal as journals
 from runbook.clock import SystemClock
-from tests.realstack import timeline
-from tests.prometheus.conftest import need_binary
-from tests.realstack.stepped import SteppedPrometheus
+from tests.realstack import wall
 
 # Seconds from writing the data to the OOM failures stopping: the run's remediations (a few seconds
 # after the server is up) come before it, its verification after.
@@ -31,22 +28,9 @@ OBSERVE = "10s"
 @pytest.fixture(scope="module")
 def wall_prometheus(played, tmp_path_factory):
     """The oom-surge drill's timeline shifted so that its fix lands FIX_LANDS_AFTER seconds from now."""
-    promtool, binary = need_binary("promtool"), need_binary("prometheus")
-    drill = played["oom-surge"]
-    fixed = timeline.first_time_below(drill, "oom_failures_per_min", 1)
-    start = dt.datetime.now(dt.timezone.utc)
-    shift = start + dt.timedelta(seconds=FIX_LANDS_AFTER) - fixed
-    begin = fixed - dt.timedelta(seconds=FIX_LANDS_AFTER)  # the drill time written at `start`
-    hour, day = dt.timedelta(hours=1), dt.timedelta(days=1)
-    windows = [(begin - day - hour - dt.timedelta(minutes=10), begin - day + dt.timedelta(minutes=10)),
-               (begin - hour - dt.timedelta(minutes=10), fixed + dt.timedelta(minutes=16))]
-    work = tmp_path_factory.mktemp("realstack-wall-prometheus")
-    source = work / "wall.om"
-    source.write_text(timeline.openmetrics([drill], shift=shift, windows=windows))
-    done = subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(source), str(work / "data")],
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    server = SteppedPrometheus(binary, work / "data", work)
+    server, start = wall.prometheus_on_wall_time(played["oom-surge"], "oom_failures_per_min",
+                                                 tmp_path_factory.mktemp("realstack-wall-prometheus"),
+                                                 fix_lands_after=FIX_LANDS_AFTER)
     yield server, start
     server.stop()
 

@@ -38,15 +38,17 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start(tmp_path: Path, name: str, kubeconfig: Path, *, namespace: str, context: str = "runbook-test") -> Replica:
-    """`runbook serve` on a free loopback port, its playbooks and config in `tmp_path`."""
+def start(tmp_path: Path, name: str, kubeconfig: Path, *, namespace: str, context: str = "runbook-test",
+          playbooks: Path | None = None, config: Path | None = None) -> Replica:
+    """`runbook serve` on a free loopback port; its playbooks and config in `tmp_path` unless given."""
     state, port, log = tmp_path / f"state-{name}", _free_port(), tmp_path / f"{name}.log"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RUNBOOK_STATE_DIR": str(state),
            "RUNBOOK_ALERTMANAGER_TOKEN": AM_TOKEN}
     env.pop("RUNBOOK_PAGERDUTY_SECRET", None)
     with log.open("wb") as out:  # the child keeps its own descriptor
         proc = subprocess.Popen([sys.executable, "-m", "runbook", "serve", "--port", str(port),
-                                 "--playbooks", str(tmp_path / "playbooks"), "--config", str(tmp_path / "runbook.yaml"),
+                                 "--playbooks", str(playbooks or tmp_path / "playbooks"),
+                                 "--config", str(config or tmp_path / "runbook.yaml"),
                                  "--kubeconfig", str(kubeconfig), "--context", context,
                                  "--coordination", "kubernetes", "--coordination-namespace", namespace,
                                  "--replica-id", f"replica-{name}", "--log-level", "warning"],
