@@ -68,12 +68,16 @@ def ready_pods(plane: ControlPlane, namespace: str, labels: dict) -> list[dict]:
         c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]
 
 
-def settled(plane: ControlPlane, namespace: str, kind: str, name: str, *, timeout: float = 90) -> dict:
-    """The workload once its controller has caught up: every replica updated, ready, and no other pod."""
+def settled(plane: ControlPlane, namespace: str, kind: str, name: str, *, timeout: float = 90,
+            want: int | None = None) -> dict:
+    """The workload once its controller has caught up: every replica updated, ready, and no other pod
+    (`want` pods: a DaemonSet's, one per node, are not in its spec)."""
+    daemonset = kind == "daemonset"
+
     def check():
         obj = plane.get(kind, name, namespace=namespace)
         status, spec = obj.get("status") or {}, obj["spec"]
-        want = spec.get("replicas", 1)
+        wanted = want if want is not None else spec.get("replicas", 1)
         if status.get("observedGeneration") != obj["metadata"]["generation"]:
             return None
         if kind == "statefulset" and status.get("updateRevision") != status.get("currentRevision"):
@@ -81,8 +85,9 @@ def settled(plane: ControlPlane, namespace: str, kind: str, name: str, *, timeou
         pods = plane.kubectl("get", "pods", "-n", namespace, "-l",
                              ",".join(f"{k}={v}" for k, v in spec["selector"]["matchLabels"].items()),
                              "-o", "name").stdout.split()
-        if status.get("readyReplicas", 0) == want and status.get("updatedReplicas", want) == want \
-                and len(pods) == want:
+        ready = status.get("numberReady" if daemonset else "readyReplicas", 0)
+        updated = status.get("updatedNumberScheduled" if daemonset else "updatedReplicas", wanted)
+        if ready == wanted and updated == wanted and len(pods) == wanted:
             return obj
         return None
 

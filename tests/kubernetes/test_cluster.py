@@ -57,7 +57,7 @@ def test_workloads_of_each_kind(k8s, cluster):
     deploy = cluster.get_workload("llm", "deployment", "api-gateway")
     assert (deploy.replicas, deploy.ready_replicas) == (2, 2)
     ds = cluster.get_workload("llm", "daemonset", "dcgm-exporter")
-    assert (ds.replicas, ds.ready_replicas) == (2, 2)  # one per schedulable node; gpu-node-3 is cordoned
+    assert (ds.replicas, ds.ready_replicas) == (3, 3)  # one per node: cordoned gpu-node-3 too, as a real cluster does
     with pytest.raises(NotFound, match="vllm-missing"):
         cluster.get_workload("llm", "statefulset", "vllm-missing")
 

@@ -114,9 +114,9 @@ class Controllers:
                 self._create_pod(res, obj, self._fresh(namespace, f"{name}-{revision}-"), nodes[i % len(nodes)],
                                  revision, {"pod-template-hash": revision}, owner_name=f"{name}-{revision}",
                                  owner_kind="ReplicaSet")
-        else:  # DaemonSet: one pod per schedulable node
+        else:  # DaemonSet: one pod per node, cordoned ones too (its controller tolerates unschedulable)
             on = {p["spec"].get("nodeName") for p in owned}
-            for node in nodes:
+            for node in [n["metadata"]["name"] for n in self.store.list(NODES, None)[0]] or nodes:
                 if node not in on:
                     self._create_pod(res, obj, self._fresh(namespace, f"{name}-"), node, revision,
                                      {"controller-revision-hash": revision})
