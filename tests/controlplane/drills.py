@@ -39,6 +39,7 @@ from tests.controlplane import identity
 from tests.controlplane.pod_http import PodPorts
 from tests.controlplane.objects import VLLM_IMAGE, settled
 from tests.controlplane.plane import NAMED_PODS, ControlPlane, wait_for
+from tests.prometheus.conftest import free_port
 from tests.realstack.cluster import autoscaler_object, route_object
 from tests.realstack.timeline import Played, alert_of, signal_overrides
 
@@ -283,7 +284,9 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
     directory.mkdir(parents=True, exist_ok=True)
     kubeconfig = identity.runbook_kubeconfig(plane, namespaces[0], directory / "kubeconfig")
     config = {
-        "prometheus": {"url": prometheus_url, "timeout": 10},
+        # A loopback port nothing listens on, where the scenario's Prometheus is down.
+        "prometheus": {"url": f"http://127.0.0.1:{free_port()}" if scenario.metrics.unreachable else prometheus_url,
+                       "timeout": 10},
         "signals": {"overrides": signal_overrides(scenario)},
         "kubernetes": {"kubeconfig": str(kubeconfig), "context": "runbook-test", "request_timeout": 10,
                        "connect_timeout": 5, "retries": 1},

@@ -12,13 +12,17 @@ from collections.abc import Iterator
 
 import pytest
 
+from runbook.actions import load_builtin
+from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes
+from runbook.sim.scenario import load_scenario, scenario_names
 from tests.controlplane import drills, objects
 from tests.prometheus.conftest import need_binary
 from tests.realstack import timeline
 from tests.realstack.stepped import SteppedPrometheus
 
-SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "waiting-queue", "waiting-queue-all-unready",
+SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "oom-surge-metrics-down", "waiting-queue",
+             "waiting-queue-all-unready",
              "zombie-process", "latency-creep", "latency-creep-water-line", "prompt-truncation", "disconnect-storm",
              "canary-rollback", "canary-rollback-stable-unready")
 # Divergences from the drill still open on the real control plane (scenario -> why).
@@ -145,3 +149,14 @@ def test_zombie_process_probes_each_pod_on_its_address_and_deletes_only_the_hung
     after = {p["metadata"]["name"]: p["metadata"]["uid"]
              for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
     assert {n for n in before if after.get(n) != before[n]["metadata"]["uid"]} == {"vllm-server-1"}
+
+
+def test_every_bundled_kubernetes_scenario_is_laid_on_the_real_plane():
+    """A bundled scenario whose playbook acts on Kubernetes (and not over SSH or on Compose) is here."""
+    registry = load_builtin()
+    kubernetes = set()
+    for name in scenario_names():
+        uses = {step.uses for step in bundled_playbook(load_scenario(name).playbook, registry).steps}
+        if any(u.startswith("k8s.") for u in uses) and not any(u.startswith(("node.", "compose.")) for u in uses):
+            kubernetes.add(name)
+    assert kubernetes == set(SCENARIOS)
