@@ -10,7 +10,6 @@ identities (a service account's token), and the pods' stand-in tools and log fil
 from __future__ import annotations
 
 import base64
-import ctypes
 import dataclasses
 import json
 import os
@@ -28,6 +27,7 @@ from typing import Any
 import yaml
 
 from tests.controlplane import certs, kwok_config
+from tests.processes import die_with_the_tests
 from tests.prometheus.conftest import free_port
 
 HERE = Path(__file__).resolve().parent
@@ -38,7 +38,6 @@ NODES = ("gpu-node-1", "gpu-node-2", "gpu-node-3")
 NAMESPACES = ("llm", *(f"rb-{n:02d}" for n in range(1, 41)))
 NAMED_PODS = tuple(f"vllm-server-{i}" for i in range(6)) + tuple(f"vllm-canary-{i}" for i in range(2))
 START_TIMEOUT = 120.0
-PR_SET_PDEATHSIG = 1  # prctl(2)
 # What the apiserver's audit log keeps (at Metadata level: who did which verb to what, and the answer):
 # the writes runbook makes, so that a test can count them as a cluster's auditor would.
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": [
@@ -149,7 +148,7 @@ class ControlPlane:
         with log.open("wb") as out:
             popen = subprocess.Popen([str(self.bin / name), *argv], stdout=out, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                     preexec_fn=_die_with_the_tests)
+                                     preexec_fn=die_with_the_tests)
         made = Process(name, popen, log)
         self.processes.append(made)
         return made
@@ -372,13 +371,6 @@ class ControlPlane:
                 status["state"] = {"running": {"startedAt": finished_at}}
         self.kubectl("patch", "pod", pod, "-n", namespace, "--subresource=status", "--type=merge",
                      "-p", json.dumps({"status": {"containerStatuses": statuses}}))
-
-
-def _die_with_the_tests() -> None:
-    """In a component's process: SIGTERM when the test process dies, however it dies (a CI timeout's
-    kill included), so that no etcd or apiserver outlives its tests (Linux's PR_SET_PDEATHSIG)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _http_ok(url: str, *, context: ssl.SSLContext | None = None) -> bool:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REQUIRE_INTEGRATION
+from tests.processes import die_with_the_tests
 from tests.prometheus.data import openmetrics
 
 READY_DEADLINE = 30.0
@@ -52,7 +53,8 @@ class PrometheusServer:
             self.process = subprocess.Popen(
                 [binary, f"--config.file={config}", f"--storage.tsdb.path={data}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=20y",
-                 *flags, "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                 *flags, "--log.level=warn"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                preexec_fn=die_with_the_tests)
         self._wait_ready()
 
     def _wait_ready(self) -> None:

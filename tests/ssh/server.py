@@ -19,6 +19,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
+from tests.processes import die_with_the_tests
+
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd")
 START_TIMEOUT = 10.0
 
@@ -215,7 +217,8 @@ LogLevel VERBOSE
         log = base / f"sshd-{port}.log"
         with open(log, "wb") as out:
             process = subprocess.Popen([*launcher, sshd, "-D", "-e", "-f", str(config)], stdin=subprocess.DEVNULL,
-                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                       stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=die_with_the_tests)
         server = Sshd(base, port, getpass.getuser(), base / "client_ed25519", host_public, process, log)
         deadline = time.monotonic() + START_TIMEOUT
         while time.monotonic() < deadline and process.poll() is None:
