@@ -20,17 +20,6 @@ from tests.webhook import replicas as serving
 from tests.webhook.helpers import am_group
 
 INCIDENTS = 4
-PLAYBOOK = """
-name: replica-scale
-title: OOM surge on one vLLM Deployment
-match: {alerts: [VllmOomSurge], labels: {namespace: namespace, name: app}}
-params: {namespace: llm, name: vllm-server}
-steps:
-  - id: scale-down
-    uses: k8s.scale
-    with: {target: "deployment/{{ params.name }}", replicas: 1, namespace: "{{ params.namespace }}"}
-    guard: {floor: 1}
-"""
 
 
 def test_two_replicas_on_the_real_leases_act_once_per_incident(plane, namespace, tmp_path):
@@ -39,13 +28,12 @@ def test_two_replicas_on_the_real_leases_act_once_per_incident(plane, namespace,
     for name in names:
         objects.settled(plane, namespace, "deployment", name)
     kubeconfig = identity.runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig")
-    (tmp_path / "playbooks").mkdir()
-    (tmp_path / "playbooks" / "replica-scale.yaml").write_text(PLAYBOOK)
+    serving.write_scale_playbook(tmp_path, "Deployment")
     (tmp_path / "runbook.yaml").write_text(yaml.safe_dump({
         "kubernetes": {"namespaces": [namespace], "request_timeout": 10, "connect_timeout": 5, "retries": 2,
                        "max_retry_wait": 5},
         "webhook": {"workers": 2, "sweep_interval": "1s",
-                    "policy": {"unattended": {"replica-scale": ["scale-down"]}}}}))
+                    "policy": {"unattended": {serving.PLAYBOOK: ["scale-down"]}}}}))
 
     replicas = [serving.start(tmp_path, name, kubeconfig, namespace=namespace) for name in ("a", "b")]
     try:

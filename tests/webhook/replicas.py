@@ -21,6 +21,23 @@ from runbook.model import events as ev
 from tests.webhook.helpers import AM_TOKEN, am_headers, journal, request
 
 ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = "replica-scale"
+
+
+def write_scale_playbook(tmp_path: Path, kind: str) -> None:
+    """`replica-scale` in tmp_path/playbooks: the alert's `app` label's `kind` scaled down to one."""
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "playbooks" / f"{PLAYBOOK}.yaml").write_text(f"""
+name: {PLAYBOOK}
+title: OOM surge on one vLLM {kind}
+match: {{alerts: [VllmOomSurge], labels: {{namespace: namespace, name: app}}}}
+params: {{namespace: llm, name: vllm-server}}
+steps:
+  - id: scale-down
+    uses: k8s.scale
+    with: {{target: "{kind.lower()}/{{{{ params.name }}}}", replicas: 1, namespace: "{{{{ params.namespace }}}}"}}
+    guard: {{floor: 1}}
+""")
 
 
 @dataclasses.dataclass

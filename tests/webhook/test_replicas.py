@@ -19,28 +19,16 @@ from tests.webhook import replicas as serving
 from tests.webhook.helpers import am_group
 
 INCIDENTS = 6
-PLAYBOOK = """
-name: replica-scale
-title: OOM surge on one vLLM StatefulSet
-match: {alerts: [VllmOomSurge], labels: {namespace: namespace, name: app}}
-params: {namespace: llm, name: vllm-server}
-steps:
-  - id: scale-down
-    uses: k8s.scale
-    with: {target: "statefulset/{{ params.name }}", replicas: 1, namespace: "{{ params.namespace }}"}
-    guard: {floor: 1}
-"""
 
 
 def test_two_replicas_receiving_the_same_deliveries_act_once_per_incident(k8s, kubeconfig, tmp_path):
     names = [f"vllm-{n}" for n in range(INCIDENTS)]
     k8s.apply(*[world.workload("StatefulSet", name, replicas=3, labels={"app": name}) for name in names])
-    (tmp_path / "playbooks").mkdir()
-    (tmp_path / "playbooks" / "replica-scale.yaml").write_text(PLAYBOOK)
+    serving.write_scale_playbook(tmp_path, "StatefulSet")
     (tmp_path / "runbook.yaml").write_text(yaml.safe_dump({
         "kubernetes": {"request_timeout": 5, "connect_timeout": 2, "retries": 2, "max_retry_wait": 5},
         "webhook": {"workers": 2, "sweep_interval": "1s",
-                    "policy": {"unattended": {"replica-scale": ["scale-down"]}}}}))
+                    "policy": {"unattended": {serving.PLAYBOOK: ["scale-down"]}}}}))
 
     started = time.monotonic()
     replicas = [serving.start(tmp_path, name, kubeconfig, namespace="llm") for name in ("a", "b")]
