@@ -39,13 +39,20 @@ NAMESPACES = ("llm", *(f"rb-{n:02d}" for n in range(1, 41)))
 NAMED_PODS = tuple(f"vllm-server-{i}" for i in range(6)) + tuple(f"vllm-canary-{i}" for i in range(2))
 START_TIMEOUT = 120.0
 # What the apiserver's audit log keeps (at Metadata level: who did which verb to what, and the answer):
-# the writes runbook makes, so that a test can count them as a cluster's auditor would.
+# the writes runbook makes, and its reads of pods, their logs and execs, so that a test can count them
+# as a cluster's auditor would. Metadata level keeps no request body or Content-Type.
 AUDIT_POLICY = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"], "rules": [
     {"level": "Metadata", "verbs": ["create", "update", "patch", "delete"], "resources": [
         {"group": "apps", "resources": ["statefulsets", "deployments", "daemonsets", "statefulsets/scale",
                                         "deployments/scale"]},
+        {"group": "autoscaling", "resources": ["horizontalpodautoscalers"]},
+        {"group": "keda.sh", "resources": ["scaledobjects"]},
+        {"group": "networking.k8s.io", "resources": ["ingresses"]},
+        {"group": "gateway.networking.k8s.io", "resources": ["httproutes"]},
         {"group": "coordination.k8s.io", "resources": ["leases"]},
         {"group": "", "resources": ["pods", "pods/eviction", "configmaps", "services"]}]},
+    {"level": "Metadata", "verbs": ["get", "list", "create"], "resources": [
+        {"group": "", "resources": ["pods", "pods/log", "pods/exec"]}]},
     {"level": "None"}]}
 
 
@@ -299,6 +306,14 @@ class ControlPlane:
         events = (json.loads(line) for line in self.audit_log.read_text(encoding="utf-8").splitlines() if line)
         return [e for e in events if (e.get("objectRef") or {}).get("namespace") == namespace
                 and e.get("stage") == "ResponseComplete"]
+
+    def audited(self, namespace: str, *, verb: str, resource: str, user: str | None = None) -> list[dict]:
+        """The audit events of `namespace` for one verb on one resource ("pods", "pods/log",
+        "statefulsets/scale"), oldest first; only `user`'s when given (a username)."""
+        kind, _, sub = resource.partition("/")
+        return [e for e in self.audit(namespace) if e["verb"] == verb and e["objectRef"].get("resource") == kind
+                and e["objectRef"].get("subresource", "") == sub
+                and (user is None or e["user"]["username"] == user)]
 
     def token(self, namespace: str, account: str, *, seconds: int = 3600) -> str:
         """A bound token for the service account, from the TokenRequest API (what a pod is given)."""
