@@ -27,6 +27,7 @@ COMMANDS = {
     "drill": ("runbook.cli.drill", "drill", "Run a playbook against a simulated incident, end to end."),
     "incidents": ("runbook.cli.incidents", "incidents", "List incidents from the journals in the state directory."),
     "rca": ("runbook.cli.incidents", "rca", "Write the RCA report of an incident from its journal."),
+    "review": ("runbook.cli.review", "review", "The ops review of the last days' incidents: times, actions, repeats."),
     "run": ("runbook.cli.run", "run", "Run a playbook against the real cluster, guarded and journaled."),
     "triage": ("runbook.cli.triage", "triage", "Ask Prometheus what is wrong and which playbook fits."),
     "signals": ("runbook.cli.triage", "signals", "Show the signal catalog in effect (and check it)."),
