@@ -51,7 +51,7 @@ def text(review: Mapping[str, Any]) -> str:
         lines.append(f"  {row['action']}: planned {row['planned']}" + (", " + ", ".join(parts) if parts else ""))
     if not review["actions"]:
         lines.append("  none planned")
-    lines += ["", "Recurring targets (changed in more than one incident):"]
+    lines += ["", "Recurring targets (a change planned in more than one incident):"]
     lines += [f"  {r['target']}: {r['incidents']} incidents ({', '.join(r['playbooks'])}), last {r['last']}"
               for r in review["recurring_targets"]] or ["  none"]
     lines += ["", "Changes still in doubt (check by hand):"]
