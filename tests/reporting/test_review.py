@@ -188,3 +188,14 @@ def test_a_bad_window_is_a_clear_error():
     assert result.exit_code == 2 and "--since" in result.stderr and "ISO 8601" in result.stderr
     result = CliRunner().invoke(main, ["review", "--since", "2999-01-01T00:00:00Z"])
     assert result.exit_code == 2 and "in the future" in result.stderr
+
+
+def test_what_a_journal_says_reaches_the_html_escaped(week):
+    state, ids = week
+    doc = json.loads(review(state, "--since", SINCE, "-o", "json").stdout)
+    # An escalation's reason quotes what the run read (an alert's labels, a pod's name): never markup.
+    doc["escalations"][0]["why"] = '<script>alert(1)</script> & "x"'
+    from runbook.reporting.review_render import html
+
+    page = html(doc)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt; &amp; &#34;x&#34;" in page
