@@ -1,19 +1,15 @@
 """The canary's routes (a Service, an ingress-nginx canary Ingress, a Gateway API HTTPRoute served by
-its real CRD), KEDA's ScaledObject, and runbook's own records (the target Leases and the ledger
-ConfigMap) on the real apiserver, as the service account, read back with kubectl.
-"""
+its real CRD) and KEDA's ScaledObject on the real apiserver, as the service account, read back with
+kubectl (runbook's own records, the Leases and the ledger, are test_locks_and_ledger.py's)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import pytest
 
-from runbook.backends.kubernetes.ledger import AppliedLedger, record_name
-from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
 from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT
-from runbook.errors import Refused, StalePlan
+from runbook.errors import StalePlan
 from tests.controlplane import objects
 from tests.controlplane.identity import connect, runbook_kubeconfig
 
@@ -102,28 +98,3 @@ def test_a_keda_scaledobject_is_found_and_paused_at_the_target(plane, namespace,
                            resource_version=found.resource_version)
     annotations = plane.get("scaledobject", "gateway", namespace=namespace)["metadata"]["annotations"]
     assert annotations["autoscaling.keda.sh/paused-replicas"] == "1"
-
-
-def test_the_target_lease_is_held_refused_to_another_and_read_by_kubectl(plane, namespace, cluster):
-    target = f"{namespace}/statefulset/vllm-server"
-    with LeaseLocks(cluster).hold(target, holder="alice incident inc-1"):
-        lease = plane.get("lease", lease_name(target), namespace=namespace)
-        assert lease["spec"]["holderIdentity"].startswith("alice incident inc-1 (")
-        with pytest.raises(Refused, match="locked by alice incident inc-1"):
-            with LeaseLocks(cluster).hold(target, holder="bob incident inc-2"):
-                pytest.fail("a second holder got the lock")
-    assert plane.get("lease", lease_name(target), namespace=namespace) is None
-
-
-def test_the_ledger_of_applied_changes_is_a_configmap_kubectl_reads(plane, namespace, cluster):
-    from runbook.journal import Application
-
-    target = f"{namespace}/statefulset/vllm-server"
-    at = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
-    ledger = AppliedLedger(cluster, holder="runbook-test")
-    ledger.record(target, Application(at=at, action="k8s.scale", incident="inc-20260314-031207-oom-surge"))
-    ledger.record(target, Application(at=at, action="k8s.scale", incident="inc-20260314-031207-oom-surge"))  # the same application twice: recorded once
-    seen = ledger.applications(target, since=at - dt.timedelta(minutes=1))
-    assert [(a.action, a.incident) for a in seen] == [("k8s.scale", "inc-20260314-031207-oom-surge")]
-    stored = plane.get("configmap", record_name(target), namespace=namespace)
-    assert stored is not None and "inc-20260314-031207-oom-surge" in json.dumps(stored["data"])
