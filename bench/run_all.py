@@ -25,6 +25,7 @@ SUITE = {
     "rca": ([sys.executable, "bench/rca_render.py"], 300),
     "history": ([sys.executable, "bench/guard_history.py"], 300),
     "review": ([sys.executable, "bench/review.py"], 300),
+    "triage": ([sys.executable, "bench/triage_samples.py"], 300),
     "fleet": ([sys.executable, "-m", "bench.fleet"], 600),
     "webhook": ([sys.executable, "bench/webhook_load.py"], 300),
     "alert": ([sys.executable, "-m", "bench.alert_to_action"], 300),

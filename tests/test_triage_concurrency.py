@@ -26,7 +26,7 @@ class Metrics:
         self.expected = expected
         self.barrier = threading.Barrier(expected, timeout=5)
 
-    def query_range(self, signal, **kwargs):
+    def query(self, signal, **kwargs):  # a detect's first question: its value now (the range only where it holds)
         with self.lock:
             self.asked.append(signal)
             self.in_flight += 1

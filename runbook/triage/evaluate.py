@@ -27,6 +27,9 @@ LOOKBACK = 3600.0  # how far back "since" is traced; also the "an hour ago" of t
 STEP = 15.0  # resolution of "since": a typical scrape interval
 SEVERITY_RANK = {"P1": 0, "P2": 1, "P3": 2, "P4": 3}
 MAX_CONCURRENT_QUERIES = 8  # detect queries of triage in flight at once
+# A detect's value now by an instant query first, the range only where it holds; bench/triage_samples.py
+# turns it off to measure, in the same run, what the range-for-every-detect way asked of Prometheus.
+INSTANT_FIRST = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -220,6 +223,41 @@ def _urgency(detect: Detect, finding: Finding) -> tuple[int, float]:
     return rank, finding.strength if rank else (value if detect.above is not None else -value)
 
 
+def _instant(metrics: Metrics, signal: str, at: dt.datetime, labels: Mapping[str, str], across: Sequence[str],
+             condition: Any) -> dict[tuple[str, ...], float]:
+    """Each group's value at `at`, the worst of its series for the condition (as `_combine` reads it)."""
+    pick = max if condition.above is not None else min
+    out: dict[tuple[str, ...], float] = {}
+    for sample in metrics.query(signal, at=at, labels=labels, by=across):
+        group = tuple(sample.labels.get(k, "") for k in across)
+        out[group] = sample.value if group not in out else pick(out[group], sample.value)
+    return out
+
+
+def group_findings(common: dict[str, Any], condition: Any, metrics: Metrics, signal: str, labels: Mapping[str, str],
+                   across: Sequence[str], at: dt.datetime, *, lookback: float, step: float) -> list[Finding]:
+    """Each group's finding at `at` (none for a group with no value now). An instant query first: only
+    where the condition holds now is the range query asked, to trace since when it has held; a quiet
+    group costs Prometheus one sample per series now and one a look-back earlier, not a range of them."""
+    if INSTANT_FIRST:
+        now = _instant(metrics, signal, at, labels, across, condition)
+        if not any(condition.holds(value) for value in now.values()):
+            if not now:
+                return []
+            earlier = _instant(metrics, signal, at - dt.timedelta(seconds=lookback), labels, across, condition)
+            return [Finding(**{**common, "labels": {**labels, **dict(zip(across, group))}}, state="quiet",
+                            value=value, hour_ago=earlier.get(group))
+                    for group, value in now.items()]
+    points = math.ceil(max(lookback, condition.for_ + 4 * step) / step)
+    start = at - dt.timedelta(seconds=points * step)
+    series = metrics.query_range(signal, start=start, end=at, step_seconds=step, labels=labels, by=across)
+    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
+    judged = [_judge({**common, "labels": {**labels, **dict(zip(across, group))}}, condition,
+                     _combine(members, condition), grid, at, lookback)
+              for group, members in _grouped(series, across).items()]
+    return [f for f in judged if f is not None]
+
+
 def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: Mapping[str, Any], *,
                  lookback: float = LOOKBACK, step: float = STEP) -> Finding:
     """The playbook's detect at `at`. Labels whose param has no value are asked across the fleet, each
@@ -232,17 +270,10 @@ def evaluate_one(playbook: Playbook, metrics: Metrics, at: dt.datetime, params: 
         labels, across = detect_scope(playbook, params)
     except RunbookError as exc:
         return Finding(**base, state="unknown", signal=detect.signal, condition=detect.describe(), reason=str(exc))
-    points = math.ceil(max(lookback, detect.for_ + 4 * step) / step)
-    start = at - dt.timedelta(seconds=points * step)
     common = dict(base, signal=detect.signal, condition=detect.describe(), labels=labels, for_seconds=detect.for_)
-    series = metrics.query_range(detect.signal, start=start, end=at, step_seconds=step, labels=labels, by=across)
-    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
-    judged = [_judge({**common, "labels": {**labels, **dict(zip(across, group))}}, detect,
-                     _combine(members, detect), grid, at, lookback)
-              for group, members in _grouped(series, across).items()]
-    found = [f for f in judged if f is not None]
-    if found:
-        return max(found, key=lambda f: _urgency(detect, f))
+    judged = group_findings(common, detect, metrics, detect.signal, labels, across, at, lookback=lookback, step=step)
+    if judged:
+        return max(judged, key=lambda f: _urgency(detect, f))
     where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"
     reason = (f"no data for {detect.signal} ({where}) at {at.isoformat()}: the query returned nothing; "
               f"see `runbook signals --check`")

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import Metrics
 from runbook.errors import BackendUnavailable, RunbookError
 from runbook.signals.alert_table import AlertRow
-from runbook.triage.evaluate import LOOKBACK, STEP, Finding, Report, _combine, _grouped, _judge, _urgency
+from runbook.triage.evaluate import LOOKBACK, STEP, Finding, Report, _urgency, group_findings
 from runbook.triage.sources import missing_sources, no_source_reason
 
 
@@ -36,19 +35,12 @@ def evaluate_row(row: AlertRow, metrics: Metrics, at: dt.datetime, params: Mappi
     labels = {k: str(params[k]) for k in row.by if params.get(k) is not None}
     across = [k for k in row.by if k not in labels]
     common = dict(base, signal=signal, condition=row.describe(signal), labels=labels, for_seconds=row.for_)
-    points = math.ceil(max(lookback, row.for_ + 4 * step) / step)
-    start = at - dt.timedelta(seconds=points * step)
     try:
-        series = metrics.query_range(signal, start=start, end=at, step_seconds=step, labels=labels, by=across)
+        found = group_findings(common, row, metrics, signal, labels, across, at, lookback=lookback, step=step)
     except BackendUnavailable:
         raise
     except RunbookError as exc:
         return Finding(**common, state="unknown", reason=str(exc))
-    grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]
-    judged = [_judge({**common, "labels": {**labels, **dict(zip(across, group))}}, row,  # type: ignore[arg-type]
-                     _combine(members, row), grid, at, lookback)  # type: ignore[arg-type]
-              for group, members in _grouped(series, across).items()]
-    found = [f for f in judged if f is not None]
     if found:
         return max(found, key=lambda f: _urgency(row, f))  # type: ignore[arg-type]
     where = ", ".join(f"{k}={v}" for k, v in labels.items()) or "all series"

@@ -112,3 +112,30 @@ class StoppingProxy(_Base):
             _send(handler, upstream.status, upstream.read())
         if last:  # as if Prometheus were stopped right after this answer
             threading.Thread(target=self.stop, daemon=True).start()
+
+
+class CountingProxy(_Base):
+    """Forwards every request to `target` asking Prometheus for its query stats (`stats=all`), and keeps
+    per request its endpoint (`query` or `query_range`) and the samples Prometheus evaluated for it."""
+
+    def __init__(self, target: str):
+        self.target = target
+        self.lock = threading.Lock()
+        self.counted: list[tuple[str, int]] = []
+
+    def answer(self, handler: http.server.BaseHTTPRequestHandler) -> None:
+        path = handler.path + ("&" if "?" in handler.path else "?") + "stats=all"
+        with urllib.request.urlopen(self.target + path, timeout=10) as upstream:
+            status, body = upstream.status, upstream.read()
+        endpoint = handler.path.split("?", 1)[0].rsplit("/", 1)[-1]
+        if endpoint in ("query", "query_range"):
+            stats = (json.loads(body).get("data") or {}).get("stats") or {}
+            with self.lock:
+                self.counted.append((endpoint, int((stats.get("samples") or {}).get("totalQueryableSamples", 0))))
+        _send(handler, status, body)
+
+    def samples(self, endpoint: str | None = None) -> int:
+        return sum(n for kind, n in self.counted if endpoint in (None, kind))
+
+    def asked(self, endpoint: str) -> int:
+        return sum(kind == endpoint for kind, _ in self.counted)

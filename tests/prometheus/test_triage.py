@@ -18,7 +18,7 @@ from runbook.signals.catalog import build_catalog
 from runbook.testing import FakeCluster
 from tests.engine.helpers import cluster
 from tests.prometheus.data import SCENARIOS
-from tests.prometheus.servers import Erring, Hanging, StoppingProxy
+from tests.prometheus.servers import CountingProxy, Erring, Hanging, StoppingProxy
 from runbook.loading.discovery import bundled_dir
 
 # The SOP's four first playbooks, named: tests of how triage fails count them (the bundle grows).
@@ -58,6 +58,30 @@ def test_the_same_time_the_day_before_is_quiet(prometheus, name):
     # No canary serves and no Compose host is scraped in this cluster: those playbooks do not apply.
     assert {a["playbook"] for a in doc["not_applicable"]} == {"canary-rollback", "oom-surge-compose",
                                                               "zombie-process-compose"}
+
+
+def test_a_quiet_triage_asks_only_instant_queries_and_a_holding_detect_its_range(prometheus):
+    # Quiet: each detect's value now and an hour ago; no 241-point range query.
+    scenario = SCENARIOS["oom-surge"]
+    with CountingProxy(prometheus.url) as quiet:
+        code, doc = triage_json(quiet.url, "--at", scenario.quiet_at.isoformat())
+    assert code == 0 and doc["firing"] == []
+    assert quiet.asked("query_range") == 0 and quiet.asked("query") > 0
+    # During the incident: the range query for the detects that hold now (to trace since when), and
+    # the SOP's step-one views of the one that fires.
+    with CountingProxy(prometheus.url) as firing:
+        code, doc = triage_json(firing.url, "--at", scenario.at.isoformat())
+    assert code == 10 and firing.asked("query_range") >= len(doc["firing"]) + len(doc.get("pending", [])) >= 1
+
+
+@pytest.mark.parametrize("when", ["quiet_at", "at"])
+def test_instant_first_finds_what_the_range_for_every_detect_found(prometheus, monkeypatch, when):
+    from runbook.triage import evaluate as evaluation
+
+    at = getattr(SCENARIOS["oom-surge"], when).isoformat()
+    code, instant_first = triage_json(prometheus.url, "--at", at)
+    monkeypatch.setattr(evaluation, "INSTANT_FIRST", False)
+    assert triage_json(prometheus.url, "--at", at) == (code, instant_first)
 
 
 def test_a_queue_and_its_503s_rank_the_queue_first_because_it_began_first(prometheus):
@@ -107,8 +131,9 @@ def test_the_article_profile_reads_the_articles_metric_names(prometheus, tmp_pat
 
 def test_prometheus_stopped_mid_triage_leaves_the_rest_unknown(prometheus):
     # The first playbook in name order (lingering-cuda-context) is asked alone, then the rest at
-    # once: Prometheus stops right after the first answer.
-    with StoppingProxy(prometheus.url, answers=1) as proxy:
+    # once: Prometheus stops right after the first playbook's answers (its value now, then an hour
+    # ago where it is quiet, or since when where it holds: two queries either way).
+    with StoppingProxy(prometheus.url, answers=2) as proxy:
         started = time.monotonic()
         code, doc = triage_json(proxy.url, *SOP_FOUR, "--at", SCENARIOS["oom-surge"].at.isoformat())
         elapsed = time.monotonic() - started
