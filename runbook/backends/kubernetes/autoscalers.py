@@ -1,8 +1,10 @@
 """HPAs (autoscaling/v2) and KEDA ScaledObjects (keda.sh/v1alpha1) on the official client: the
 autoscalers whose scaleTargetRef is a workload, and holding one at a replica count (issue 16, item 8).
 
-A change is a JSON merge patch carrying the resourceVersion its plan read (a 409 is `StalePlan`),
-read back and compared with what was asked. A cluster without KEDA (no scaledobjects resource)
+A change is a JSON merge patch carrying the resourceVersion its plan read. A 409 is read again:
+where the bounds (or the pause) are still as planned, only a status write moved the version (the HPA
+controller's, KEDA's) and the patch goes again at the version read; otherwise it is `StalePlan`. The
+result is read back and compared with what was asked. A cluster without KEDA (no scaledobjects resource)
 has no ScaledObjects; one that forbids reading autoscalers cannot tell whether a scale would stick.
 """
 
@@ -17,6 +19,7 @@ from runbook.errors import CommandFailed, Conflict, InvalidInput, NotFound, Stal
 MERGE_PATCH = "application/merge-patch+json"
 KEDA_GROUP, KEDA_VERSION, SCALEDOBJECTS = "keda.sh", "v1alpha1", "scaledobjects"
 PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
+SAME_PLAN_ATTEMPTS = 5  # as cluster.py's: a status write racing each patch again is not an edit either
 _KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment"}
 
 
@@ -120,15 +123,23 @@ class Autoscalers:
             body = {"metadata": {"resourceVersion": version, "annotations": {PAUSED_REPLICAS: value}}}
             patch = (self.custom.patch_namespaced_custom_object, KEDA_GROUP, KEDA_VERSION, namespace, SCALEDOBJECTS,
                      name)
-        try:
-            result = self.api.call(what, *patch, body, dry_run="All" if dry_run else None, _content_type=MERGE_PATCH)
-        except Conflict as exc:
-            now = (hpa_from if kind == "hpa" else scaledobject_from)(self._read(namespace, kind, name), target)
-            asked = (now.min_replicas, now.max_replicas) == (min_replicas, max_replicas) if kind == "hpa" else \
-                now.paused_replicas == paused_replicas
-            if getattr(exc, "attempts", 1) > 1 and asked and not dry_run:
-                return now  # our lost earlier attempt landed
-            raise StalePlan(f"{what}: it changed since this change was planned (now {now.shown()})") from None
+        for attempt in range(1, SAME_PLAN_ATTEMPTS + 1):
+            try:
+                result = self.api.call(what, *patch, body, dry_run="All" if dry_run else None,
+                                       _content_type=MERGE_PATCH)
+                break
+            except Conflict as exc:
+                now = (hpa_from if kind == "hpa" else scaledobject_from)(self._read(namespace, kind, name), target)
+                asked = (now.min_replicas, now.max_replicas) == (min_replicas, max_replicas) if kind == "hpa" else \
+                    now.paused_replicas == paused_replicas
+                if getattr(exc, "attempts", 1) > 1 and asked and not dry_run:
+                    return now  # our lost earlier attempt landed
+                if expected is not None and _same(now, expected) and attempt < SAME_PLAN_ATTEMPTS:
+                    # As planned: only the status moved the version (the HPA controller writes it as the
+                    # replicas move, KEDA's operator likewise), so the patch goes again at the version read.
+                    body["metadata"]["resourceVersion"] = now.resource_version
+                    continue
+                raise StalePlan(f"{what}: it changed since this change was planned (now {now.shown()})") from None
         got = (hpa_from if kind == "hpa" else scaledobject_from)(result, target)
         ok = (got.min_replicas, got.max_replicas) == (min_replicas, max_replicas) if kind == "hpa" else \
             got.paused_replicas == paused_replicas
