@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from runbook.errors import Conflict, Refused, StalePlan
+from runbook.errors import Conflict, InvalidInput, Refused, StalePlan
 from tests.controlplane import objects
 from tests.controlplane.identity import connect, runbook_kubeconfig
 from tests.controlplane.plane import wait_for
@@ -27,6 +27,10 @@ def cluster(plane, namespace, tmp_path):
 def vllm(plane, namespace):
     plane.apply(objects.vllm_statefulset(namespace, replicas=3))
     return objects.settled(plane, namespace, "statefulset", "vllm-server")
+
+
+def runbooks(namespace: str) -> str:
+    return f"system:serviceaccount:{namespace}:runbook"
 
 
 def pod_args(plane, namespace) -> dict[str, list[str]]:
@@ -57,6 +61,13 @@ def test_scale_down_through_the_subresource_and_the_controller_removes_the_pods(
     assert sorted(pod_args(plane, namespace)) == ["vllm-server-0"]  # the StatefulSet removes the highest ordinals
     read = plane.kubectl("get", "statefulset", "vllm-server", "-n", namespace, "-o", "jsonpath={.spec.replicas}")
     assert read.stdout == "1"
+    # runbook's one write was a patch of the scale subresource (the controller's pod deletes are not its).
+    writes = [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", ""))
+              for e in plane.audit(namespace) if e["user"]["username"] == runbooks(namespace)
+              and e["verb"] in ("create", "update", "patch", "delete")]
+    assert writes == [("patch", "statefulsets", "scale")]
+    with pytest.raises(InvalidInput, match="DaemonSet"):
+        cluster.scale(namespace, "daemonset", "dcgm-exporter", 1)
 
 
 def test_the_argv_patch_rolls_every_pod_and_keeps_the_rest_of_the_container(plane, namespace, vllm, cluster):
@@ -87,6 +98,16 @@ def test_server_side_dry_run_answers_the_plan_and_changes_nothing(plane, namespa
     assert after["metadata"]["resourceVersion"] == before.resource_version
     assert after["spec"]["replicas"] == 3
     assert after["spec"]["template"]["spec"]["containers"][0]["args"] == objects.VLLM_ARGS
+    pods = {p.name: p.uid for p in cluster.list_pods(namespace, APP)}
+    cluster.delete_pod(namespace, "vllm-server-0", uid=pods["vllm-server-0"], dry_run=True)
+    cluster.delete_pod(namespace, "vllm-server-1", uid=pods["vllm-server-1"], dry_run=True, evict=True)
+    assert {p.name: p.uid for p in cluster.list_pods(namespace, APP)} == pods  # no pod deleted nor evicted
+    writes = [e for e in plane.audit(namespace) if e["user"]["username"] == runbooks(namespace)
+              and e["verb"] in ("create", "update", "patch", "delete")]
+    assert [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", "")) for e in writes] == [
+        ("patch", "statefulsets", "scale"), ("patch", "statefulsets", ""), ("delete", "pods", ""),
+        ("create", "pods", "eviction")]
+    assert all("dryRun=All" in e["requestURI"] for e in writes), [e["requestURI"] for e in writes]
 
 
 def test_a_persons_edit_between_plan_and_apply_is_a_stale_plan(plane, namespace, vllm, cluster):
@@ -141,8 +162,9 @@ def test_an_eviction_the_pdb_forbids_is_refused_naming_the_budget(plane, namespa
              lambda: (plane.get("pdb", "vllm-server", namespace=namespace).get("status") or {}).get("currentHealthy") == 3,
              timeout=60)
     pod = next(p for p in cluster.list_pods(namespace, APP) if p.name == "vllm-server-2")
-    with pytest.raises(Refused, match="PodDisruptionBudget"):
+    with pytest.raises(Refused, match="PodDisruptionBudget.*needs 3 healthy pods and has 3") as refused:
         cluster.delete_pod(namespace, pod.name, uid=pod.uid, evict=True)
+    assert refused.value.guard == "pdb"
     assert pod.uid in {p.uid for p in cluster.list_pods(namespace, APP)}
     plane.apply(objects.pdb(namespace, "vllm-server", APP, min_available=2))
     wait_for("the budget allows one disruption",
@@ -151,6 +173,8 @@ def test_an_eviction_the_pdb_forbids_is_refused_naming_the_budget(plane, namespa
     cluster.delete_pod(namespace, pod.name, uid=pod.uid, evict=True)
     wait_for("the evicted pod goes", lambda: pod.uid not in {p.uid for p in cluster.list_pods(namespace, APP)},
              timeout=60)
+    evictions = plane.audited(namespace, verb="create", resource="pods/eviction", user=runbooks(namespace))
+    assert [e["responseStatus"]["code"] for e in evictions] == [429, 201]  # the budget's 429 is not retried
 
 
 def test_the_controllers_status_writes_between_plan_and_apply_are_not_a_persons_edit(plane, namespace, vllm, cluster):

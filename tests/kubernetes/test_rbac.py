@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from runbook.backends.kubernetes.ledger import AppliedLedger
-from runbook.errors import BackendUnavailable
 from runbook.journal import Application
 from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
 from tests.kubernetes import world
@@ -72,14 +69,3 @@ def test_every_operation_works_under_the_role_and_every_grant_is_used(k8s, clust
     assert not refused, refused
     assert used == k8s.policy.grants(), ("granted but unused", k8s.policy.grants() - used,
                                          "used but not granted", used - k8s.policy.grants())
-
-
-def test_a_missing_grant_is_an_error_that_names_the_fix(k8s, cluster, monkeypatch):
-    from tests.kubernetes.apiserver.rbac import Policy
-
-    policy = k8s.policy
-    without_scale = Policy(policy.user, tuple(r for r in policy.rules if "statefulsets/scale" not in r.resources))
-    monkeypatch.setitem(k8s.state.policies, policy.user, without_scale)
-    with pytest.raises(BackendUnavailable, match=r'forbidden.*cannot get resource "statefulsets/scale".*deploy/rbac.yaml'):
-        cluster.scale("llm", "statefulset", "vllm-server", 1)
-    assert k8s.get("StatefulSet", "llm", "vllm-server")["spec"]["replicas"] == 3

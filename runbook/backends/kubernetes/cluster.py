@@ -150,9 +150,13 @@ class KubernetesCluster:
         patch = self._apps("patch", kind)
         version = resource_version
         wanted = None
+        baseline = expected  # the container a 409 is judged against
         if not version:
             current = self._read_workload(namespace, kind, name)
             spec = workload_from(kind, current).container(container)
+            # Unplanned, the container read here is the baseline: a controller's status write between
+            # this read and the patch (a new Deployment's, at once) is no change to it.
+            baseline = expected or spec
             if expected is not None and (spec.command, spec.args, spec.env) != (expected.command, expected.args,
                                                                                 expected.env):
                 raise StalePlan(f"{what}: the container's command line changed since this change was planned "
@@ -186,8 +190,8 @@ class KubernetesCluster:
                 spec = workload.container(container)
                 if getattr(exc, "attempts", 1) > 1 and as_asked(spec) and not dry_run:
                     return workload  # our lost earlier attempt landed
-                if expected is not None and attempt < SAME_PLAN_ATTEMPTS and \
-                        (spec.command, spec.args, spec.env) == (expected.command, expected.args, expected.env):
+                if baseline is not None and attempt < SAME_PLAN_ATTEMPTS and \
+                        (spec.command, spec.args, spec.env) == (baseline.command, baseline.args, baseline.env):
                     # The container is as planned: only the status (or another field) moved the version.
                     body["metadata"]["resourceVersion"] = workload.resource_version
                     continue
