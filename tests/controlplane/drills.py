@@ -302,9 +302,9 @@ def clear(plane: ControlPlane, oracle: PodOracle, laid: Laid) -> None:
         plane.kubectl("delete", "namespace", namespace, "--wait=true", timeout=180)
 
 
-def run(laid: Laid, played: Played, state: Path) -> tuple[RunResult, list[Event]]:
+def run(laid: Laid, played: Played, state: Path, *, dry_run: bool = False) -> tuple[RunResult, list[Event]]:
     """The engine as `runbook run --config` builds it (the real backends), on the scenario's clock,
-    with the drill's --yes."""
+    with the drill's --yes (and `runbook run --dry-run`'s flag when `dry_run`)."""
     registry = load_builtin()
     playbook = bundled_playbook(played.scenario.playbook, registry)
     world = real_world(load_config(laid.config), Connection())
@@ -313,7 +313,8 @@ def run(laid: Laid, played: Played, state: Path) -> tuple[RunResult, list[Event]
     operator = AssumeYes("controlplane", rehearsal=True)
     engine = Engine(registry=registry, world=world, clock=laid.clock, journal=journal, operator=operator,
                     locks=shared_state.target_locks(world, state), history=journals.History(state),
-                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}")
+                    kill_switch=lambda: settings.kill_switch(state), holder=f"runbook run by {operator.by}",
+                    dry_run=dry_run)
     try:
         result = engine.run(playbook, alert=alert_of(played.scenario), params=played.scenario.params)
     finally:

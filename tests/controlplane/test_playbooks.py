@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import json
 import subprocess
+import urllib.parse
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 
 from runbook.actions import load_builtin
+from runbook.backends.kubernetes.leases import LeaseLocks
 from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes
 from runbook.sim.scenario import load_scenario, scenario_names
-from tests.controlplane import drills, objects
+from tests.controlplane import drills, identity, objects
 from tests.prometheus.conftest import need_binary
 from tests.realstack import timeline
 from tests.realstack.stepped import SteppedPrometheus
@@ -29,8 +33,52 @@ SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "oom-surge-metr
 KNOWN: dict[str, str] = {}
 
 
+RUNBOOK = "system:serviceaccount:llm:runbook"  # the service account of deploy/rbac.yaml, as audited
+WRITES = ("create", "update", "patch", "delete")
+
+
 def story(events) -> list[tuple[str, str | None]]:
     return [(e.type, e.step) for e in events]
+
+
+def _resource(event: dict) -> str:
+    ref = event["objectRef"]
+    return f"{ref['resource']}/{ref['subresource']}" if ref.get("subresource") else ref["resource"]
+
+
+def by_runbook(plane, since: int) -> list[dict]:
+    """The audit log's events in llm since the `since`-th, of requests runbook made."""
+    return [e for e in plane.audit("llm")[since:] if e["user"]["username"] == RUNBOOK]
+
+
+def writes(plane, since: int, *, dry: bool | None = None) -> list[tuple[str, str, str | None, bool]]:
+    """runbook's writes since `since`: (verb, resource, name, a server dry run?), in order."""
+    found = [(e["verb"], _resource(e), e["objectRef"].get("name"), "dryRun=All" in e["requestURI"])
+             for e in by_runbook(plane, since) if e["verb"] in WRITES and _resource(e) != "pods/exec"]
+    return [w for w in found if dry is None or w[3] == dry]
+
+
+def execs(plane, since: int) -> list[tuple[str, str]]:
+    """(pod, the command's first word) of each exec runbook opened since `since`."""
+    found = []
+    for e in by_runbook(plane, since):
+        if _resource(e) == "pods/exec" and e["verb"] == "create":
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query)
+            found.append((e["objectRef"]["name"], query["command"][0]))
+    return found
+
+
+def log_reads(plane, since: int) -> list[tuple[str, int, bool]]:
+    """(pod, answer's code, previous container's?) of each log runbook read since `since`."""
+    return [(e["objectRef"]["name"], e["responseStatus"]["code"], "previous=true" in e["requestURI"])
+            for e in by_runbook(plane, since) if _resource(e) == "pods/log" and e["verb"] == "get"]
+
+
+def made_by_controller(plane, since: int, pod: str) -> int:
+    """How many times a controller (not runbook) created `pod` since `since`: each a new container."""
+    return len([e for e in plane.audit("llm")[since:] if e["verb"] == "create" and _resource(e) == "pods"
+                and e["objectRef"].get("name") == pod and e["user"]["username"] != RUNBOOK
+                and e["responseStatus"]["code"] == 201])
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +147,19 @@ def test_oom_surge_scales_down_and_the_controller_rolls_the_last_pod_with_the_lo
     drill = played["oom-surge"]
     laid = laid_out(drill)
     before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
+    since = len(plane.audit("llm"))
     result, events = drills.run(laid, drill, tmp_path / "state")
     assert story(events) == story(drill.events)
     assert result.outcome == drill.result.outcome == "resolved"
     done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
+    # Each change went to the apiserver as a dry run first, then for real; no pod deleted, none killed.
+    changes = [w for w in writes(plane, since) if w[1] not in ("leases", "configmaps")]
+    assert changes == [("patch", "statefulsets/scale", "vllm-server", True),
+                       ("patch", "statefulsets/scale", "vllm-server", False),
+                       ("patch", "statefulsets", "vllm-server", True), ("patch", "statefulsets", "vllm-server", False)]
+    assert [pod for pod, command in execs(plane, since) if command == "kill"] == []
+    # The rollout of the lowered value is the one restart (issue 16, item 9): one new vllm-server-0.
+    assert made_by_controller(plane, since, "vllm-server-0") == 1
     assert done["spec"]["replicas"] == 1
     args = done["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--max-model-len=6635" in args
@@ -118,9 +175,20 @@ def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, l
     drill = played["oom-surge-hpa"]
     laid = laid_out(drill)
     (hpa_before,) = json.loads(plane.kubectl("get", "hpa", "-n", "llm", "-o", "json").stdout)["items"]
+    since = len(plane.audit("llm"))
     result, events = drills.run(laid, drill, tmp_path / "state")
     assert story(events) == story(drill.events)
     assert result.outcome == drill.result.outcome
+    # Held first, then scaled: the HPA's controller never scales it back (it writes no scale at all).
+    real = [w[:3] for w in writes(plane, since, dry=False) if w[1] in ("horizontalpodautoscalers", "statefulsets/scale")]
+    assert real == [("patch", "horizontalpodautoscalers", "vllm-server"), ("patch", "statefulsets/scale", "vllm-server")]
+    scaled_back = [e for e in plane.audit("llm")[since:] if _resource(e) in ("statefulsets/scale", "statefulsets")
+                   and e["verb"] in WRITES and e["user"]["username"] != RUNBOOK]
+    assert scaled_back == []
+    applied = next(e for e in events if e.type == "action.applied" and e.step == "scale-down")
+    assert applied.data["before"]["hpa/vllm-server"] == \
+        f"minReplicas={hpa_before['spec']['minReplicas']} maxReplicas={hpa_before['spec']['maxReplicas']}"
+    assert applied.data["after"]["hpa/vllm-server"] == "minReplicas=1 maxReplicas=1"
     (hpa,) = json.loads(plane.kubectl("get", "hpa", "-n", "llm", "-o", "json").stdout)["items"]
     held = drill.world.cluster.autoscalers_of.items[("llm", "hpa", hpa["metadata"]["name"])]
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (held.min_replicas, held.max_replicas)
@@ -128,7 +196,6 @@ def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, l
                                                                         hpa_before["spec"]["maxReplicas"])
     done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
     assert done["spec"]["replicas"] == drill.world.state.workloads[("llm", "statefulset", "vllm-server")].replicas
-
 
 
 def test_zombie_process_probes_each_pod_on_its_address_and_deletes_only_the_hung_one(plane, played, laid_out,
@@ -160,3 +227,112 @@ def test_every_bundled_kubernetes_scenario_is_laid_on_the_real_plane():
         if any(u.startswith("k8s.") for u in uses) and not any(u.startswith(("node.", "compose.")) for u in uses):
             kubernetes.add(name)
     assert kubernetes == set(SCENARIOS)
+
+
+def test_waiting_queue_replaces_the_unready_pod_after_a_dry_run_under_its_lease(plane, played, laid_out, tmp_path):
+    drill = played["waiting-queue"]
+    laid = laid_out(drill)
+    expected = {s.id: s.result for s in drill.result.steps}
+    (unready,) = expected["pods"]["not_ready"]
+    before = {p["metadata"]["name"]: p["metadata"]["uid"]
+              for p in json.loads(plane.kubectl("get", "pods", "-n", "llm", "-l", "app=vllm-server", "-o",
+                                                "json").stdout)["items"]}
+    since = len(plane.audit("llm"))
+    result, events = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == drill.result.outcome == "resolved"
+    steps = {s.id: s.result for s in result.steps}
+    assert steps["pods"]["not_ready"] == [unready]
+    assert steps["gateway-503"]["count"] == expected["gateway-503"]["count"] > 0  # the 503s read from the gateway's logs
+    objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
+    after = {p["metadata"]["name"]: p["metadata"]["uid"]
+             for p in json.loads(plane.kubectl("get", "pods", "-n", "llm", "-l", "app=vllm-server", "-o",
+                                               "json").stdout)["items"]}
+    assert {n for n in before if after.get(n) != before[n]} == {unready}  # recreated by the StatefulSet
+    done = writes(plane, since)
+    assert [w for w in done if w[1] == "pods"] == [("delete", "pods", unready, True), ("delete", "pods", unready, False)]
+    assert [w[0] for w in done if w[1] == "leases"] == ["create", "delete"]
+    assert json.loads(plane.kubectl("get", "leases", "-n", "llm", "-o", "json").stdout)["items"] == []
+
+
+def test_a_lease_held_elsewhere_refuses_the_remediation(plane, played, laid_out, tmp_path):
+    drill = played["waiting-queue"]
+    laid = laid_out(drill)
+    kubeconfig = Path(yaml.safe_load(laid.config.read_text())["kubernetes"]["kubeconfig"])
+    cluster = identity.connect(kubeconfig)
+    since = len(plane.audit("llm"))
+    try:
+        with LeaseLocks(cluster).hold("llm/statefulset/vllm-server", holder="bob incident inc-9"):
+            result, events = drills.run(laid, drill, tmp_path / "state")
+    finally:
+        cluster.close()
+    refusals = [e.data for e in events if e.type == "guard.refused"]
+    assert refusals and refusals[0]["guard"] == "lock" and "bob incident inc-9" in refusals[0]["reason"]
+    assert [w for w in writes(plane, since, dry=False) if w[1] == "pods"] == []  # nothing deleted
+
+
+def test_a_dry_run_of_a_playbook_changes_nothing_in_the_cluster(plane, played, laid_out, tmp_path):
+    drill = played["oom-surge"]
+    laid = laid_out(drill)
+    sts_before = statefulset(plane)
+    pods_before = {p["metadata"]["name"]: p["metadata"]["uid"] for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
+    since = len(plane.audit("llm"))
+    result, _ = drills.run(laid, drill, tmp_path / "state", dry_run=True)
+    assert result.outcome == "dry_run", result.reason
+    assert statefulset(plane)["metadata"]["resourceVersion"] == sts_before["metadata"]["resourceVersion"]
+    assert {p["metadata"]["name"]: p["metadata"]["uid"]
+            for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})} == pods_before
+    done = writes(plane, since)
+    assert done and all(dry for *_, dry in done), done  # every write a server dry run
+    assert [pod for pod, command in execs(plane, since) if command == "kill"] == []
+
+
+def test_disconnect_storm_reads_two_logs_and_writes_nothing_to_the_cluster(plane, played, laid_out, tmp_path):
+    drill = played["disconnect-storm"]
+    laid = laid_out(drill)
+    since = len(plane.audit("llm"))
+    result, events = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == "resolved"
+    assert sorted(log_reads(plane, since)) == [("vllm-server-0", 200, False), ("vllm-server-1", 200, False)]
+    assert writes(plane, since) == []
+    advice = next(e for e in events if e.step == "client-timeout-advice" and e.type == "step.finished")
+    assert advice.data["status"] == "ok"
+
+
+def test_prompt_truncation_asks_no_previous_log_of_unrestarted_pods_and_changes_only_the_flag(
+        plane, played, laid_out, tmp_path):
+    drill = played["prompt-truncation"]
+    laid = laid_out(drill)
+    since = len(plane.audit("llm"))
+    result, _ = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == drill.scenario.expect == "resolved"
+    # Neither pod restarted (restart count 0, no last state): the previous logs the kubelet would
+    # refuse are not asked for.
+    assert sorted(log_reads(plane, since)) == [("vllm-server-0", 200, False), ("vllm-server-1", 200, False)]
+    assert {w[:3] for w in writes(plane, since, dry=False) if w[1] not in ("leases", "configmaps")} == \
+        {("patch", "statefulsets", "vllm-server")}
+
+
+def test_canary_rollback_ends_on_stable_with_the_route_moved_before_the_canary(plane, played, laid_out, tmp_path):
+    drill = played["canary-rollback"]
+    laid = laid_out(drill)
+    since = len(plane.audit("llm"))
+    result, _ = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == "resolved"
+    assert plane.get("service", "vllm", namespace="llm")["spec"]["selector"] == {"app": "vllm", "version": "v1"}
+    assert plane.get("deployment", "vllm-v2", namespace="llm")["spec"]["replicas"] == 0
+    assert plane.get("deployment", "vllm-v1", namespace="llm")["spec"]["replicas"] == 3
+    patches = [(w[1], w[2]) for w in writes(plane, since) if w[0] == "patch"]
+    route, scale = ("services", "vllm"), ("deployments/scale", "vllm-v2")
+    # The route moves first (a server dry run, then the change); the canary goes only after it.
+    assert set(patches) == {route, scale}
+    assert max(i for i, p in enumerate(patches) if p == route) < min(i for i, p in enumerate(patches) if p == scale)
+
+
+def test_with_no_stable_pod_ready_the_route_is_never_written(plane, played, laid_out, tmp_path):
+    drill = played["canary-rollback-stable-unready"]
+    laid = laid_out(drill)
+    since = len(plane.audit("llm"))
+    result, _ = drills.run(laid, drill, tmp_path / "state")
+    assert result.outcome == "refused"
+    assert plane.get("service", "vllm", namespace="llm")["spec"]["selector"] == {"app": "vllm"}
+    assert [w for w in writes(plane, since) if w[0] == "patch"] == []  # not even a dry run

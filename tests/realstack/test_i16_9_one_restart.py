@@ -21,24 +21,6 @@ def _restart_counts(laid) -> dict[str, int]:
     return {p["metadata"]["name"]: sum(c["restartCount"] for c in p["status"]["containerStatuses"]) for p in pods}
 
 
-def test_oom_surge_restarts_the_remaining_pod_once_with_the_new_value(played, laid_out, tmp_path):
-    drill = played["oom-surge"]
-    laid = laid_out(drill)
-    before = _restart_counts(laid)
-    since = len(laid.world.mutations)
-    result, events = run_in_process(laid, drill, tmp_path / "state")
-    assert result.outcome == "resolved", result.reason
-    restarts = _restarts(laid, since)
-    assert [(m["op"], m.get("pod")) for m in restarts] == [("container_restarted", "vllm-server-0")]
-    assert not [m for m in laid.world.mutations[since:] if m["op"] in ("process_killed", "process_signalled")]
-    after = _restart_counts(laid)
-    assert list(after) == ["vllm-server-0"] and after["vllm-server-0"] == before["vllm-server-0"] + 1
-    # The one restart came up with the lowered value: the pod as the API server serves it.
-    pod = laid.projection.store.find(BY_KIND["Pod"], "llm", "vllm-server-0")
-    assert "--max-model-len=6635" in pod["spec"]["containers"][0]["args"]
-    assert [e.step for e in events if e.type == "action.applied"] == ["scale-down", "lower-max-model-len"]
-
-
 def test_at_the_floor_the_kill_is_the_one_restart(played, laid_out, tmp_path):
     drill = played["oom-surge-at-floor"]
     laid = laid_out(drill)

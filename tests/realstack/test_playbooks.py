@@ -26,7 +26,12 @@ def story(events) -> list[tuple[str, str | None]]:
 
 
 def _cases():
+    # The Kubernetes-only scenarios are replayed on the real control plane instead
+    # (tests/controlplane/test_playbooks.py); those here meet SSH nodes or Compose.
+    from tests.controlplane.test_playbooks import SCENARIOS as ON_THE_REAL_PLANE
     for name in scenario_names():
+        if name in ON_THE_REAL_PLANE:
+            continue
         marks = [pytest.mark.xfail(strict=True, reason=KNOWN[name])] if name in KNOWN else []
         yield pytest.param(name, marks=marks, id=name)
 
