@@ -200,3 +200,29 @@ def test_the_controllers_status_writes_between_plan_and_apply_are_not_a_persons_
              != again.resource_version, timeout=30)
     assert cluster.scale(namespace, "statefulset", "vllm-server", 1, expected_replicas=3,
                          resource_version=again.resource_version).replicas == 1
+
+
+def test_a_plan_resting_on_its_version_alone_is_never_applied_once_the_workload_moved(plane, namespace, vllm, cluster):
+    """Without the planned container to compare, any edit since the plan read (an annotation here) is
+    a StalePlan; with only the planned container, its own comparison refuses a changed command line."""
+    planned = cluster.get_workload(namespace, "statefulset", "vllm-server")
+    plane.kubectl("annotate", "statefulset", "vllm-server", "-n", namespace, "x=1")
+    with pytest.raises(StalePlan, match="changed since this change was planned"):
+        cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None, args=["--x"],
+                                   resource_version=planned.resource_version)
+    assert plane.get("statefulset", "vllm-server", namespace=namespace)["spec"]["template"]["spec"]["containers"][0][
+        "args"] == objects.VLLM_ARGS
+    fresh = cluster.get_workload(namespace, "statefulset", "vllm-server")
+    lowered = [*objects.VLLM_ARGS]
+    lowered[lowered.index("--max-model-len") + 1] = "6635"
+    done = cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None, args=lowered,
+                                      resource_version=fresh.resource_version)
+    assert done.container("vllm").args == tuple(lowered)
+    with pytest.raises(StalePlan, match="changed since this change was planned .*--max-model-len 6635"):
+        cluster.set_container_argv(namespace, "statefulset", "vllm-server", "vllm", command=None,
+                                   args=["--max-model-len", "4096"], expected=planned.container("vllm"))
+    stored = plane.get("statefulset", "vllm-server", namespace=namespace)["spec"]["template"]["spec"]["containers"][0]
+    assert stored["args"] == lowered
+    assert [("dryRun=All" in e["requestURI"], e["responseStatus"]["code"]) for e in plane.audited(
+        namespace, verb="patch", resource="statefulsets", user=f"system:serviceaccount:{namespace}:runbook")] == [
+        (False, 409), (False, 200)]  # the stale one refused by the apiserver, the second never sent
