@@ -51,20 +51,28 @@ def by_runbook(plane, since: int) -> list[dict]:
     return [e for e in plane.audit("llm")[since:] if e["user"]["username"] == RUNBOOK]
 
 
-def writes(plane, since: int, *, dry: bool | None = None) -> list[tuple[str, str, str | None, bool]]:
-    """runbook's writes since `since`: (verb, resource, name, a server dry run?), in order."""
+def writes(plane, since: int, *, dry: bool | None = None, attempted: bool = False
+           ) -> list[tuple[str, str, str | None, bool]]:
+    """runbook's writes the apiserver accepted since `since`: (verb, resource, name, a server dry run?), in
+    order. A patch answered 409 because a controller wrote the status since runbook's read is sent again at
+    the new version (backends/kubernetes/cluster.py): only what was accepted is the change. `attempted`:
+    every write sent, whatever its answer (for "nothing was even tried")."""
     found = [(e["verb"], _resource(e), e["objectRef"].get("name"), "dryRun=All" in e["requestURI"])
-             for e in by_runbook(plane, since) if e["verb"] in WRITES and _resource(e) != "pods/exec"]
+             for e in by_runbook(plane, since) if e["verb"] in WRITES and _resource(e) != "pods/exec"
+             and (attempted or e["responseStatus"]["code"] < 300)]
     return [w for w in found if dry is None or w[3] == dry]
 
 
 def execs(plane, since: int) -> list[tuple[str, str]]:
-    """(pod, the command's first word) of each exec runbook opened since `since`."""
+    """(pod, what the command is) of each exec runbook opened since `since`: its first word, or `kill` for
+    runbook's identity-checked kill (`sh -c SCRIPT runbook-kill SIGNAL pid …`)."""
     found = []
     for e in by_runbook(plane, since):
-        if _resource(e) == "pods/exec" and e["verb"] == "create":
-            query = urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query)
-            found.append((e["objectRef"]["name"], query["command"][0]))
+        # An exec over a websocket is a GET (the apiserver then checks `create` as well): either is one.
+        if _resource(e) == "pods/exec" and e["verb"] in ("get", "create") and e["responseStatus"]["code"] < 400:
+            command = urllib.parse.parse_qs(urllib.parse.urlsplit(e["requestURI"]).query)["command"]
+            kill = command[:2] == ["sh", "-c"] and "runbook-kill" in command
+            found.append((e["objectRef"]["name"], "kill" if kill else command[0]))
     return found
 
 
@@ -171,6 +179,22 @@ def test_oom_surge_scales_down_and_the_controller_rolls_the_last_pod_with_the_lo
     assert len(history) == 2  # the rollout's two revisions, as `kubectl rollout history` lists them
 
 
+def test_at_the_floor_the_kill_is_the_one_restart_and_nothing_is_rolled_out(plane, played, laid_out, tmp_path):
+    # --max-model-len already at its floor: the server process is killed (the one restart), no argv patch.
+    drill = played["oom-surge-at-floor"]
+    laid = laid_out(drill)
+    since = len(plane.audit("llm"))
+    result, events = drills.run(laid, drill, tmp_path / "state")
+    assert story(events) == story(drill.events)
+    assert result.outcome == "resolved", result.reason
+    assert [e.step for e in events if e.type == "action.applied"] == ["scale-down", "kill-server"]
+    changes = [w for w in writes(plane, since) if w[1] not in ("leases", "configmaps")]
+    assert changes == [("patch", "statefulsets/scale", "vllm-server", True),
+                       ("patch", "statefulsets/scale", "vllm-server", False)]  # no statefulsets patch: no rollout
+    assert [pod for pod, command in execs(plane, since) if command == "kill"] == ["vllm-server-0"]
+    assert made_by_controller(plane, since, "vllm-server-0") == 0  # the pod stays; its process restarts
+
+
 def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, laid_out, tmp_path):
     drill = played["oom-surge-hpa"]
     laid = laid_out(drill)
@@ -267,7 +291,7 @@ def test_a_lease_held_elsewhere_refuses_the_remediation(plane, played, laid_out,
         cluster.close()
     refusals = [e.data for e in events if e.type == "guard.refused"]
     assert refusals and refusals[0]["guard"] == "lock" and "bob incident inc-9" in refusals[0]["reason"]
-    assert [w for w in writes(plane, since, dry=False) if w[1] == "pods"] == []  # nothing deleted
+    assert [w for w in writes(plane, since, dry=False, attempted=True) if w[1] == "pods"] == []  # nothing deleted
 
 
 def test_a_dry_run_of_a_playbook_changes_nothing_in_the_cluster(plane, played, laid_out, tmp_path):
@@ -293,7 +317,7 @@ def test_disconnect_storm_reads_two_logs_and_writes_nothing_to_the_cluster(plane
     result, events = drills.run(laid, drill, tmp_path / "state")
     assert result.outcome == "resolved"
     assert sorted(log_reads(plane, since)) == [("vllm-server-0", 200, False), ("vllm-server-1", 200, False)]
-    assert writes(plane, since) == []
+    assert writes(plane, since, attempted=True) == []
     advice = next(e for e in events if e.step == "client-timeout-advice" and e.type == "step.finished")
     assert advice.data["status"] == "ok"
 
@@ -335,4 +359,4 @@ def test_with_no_stable_pod_ready_the_route_is_never_written(plane, played, laid
     result, _ = drills.run(laid, drill, tmp_path / "state")
     assert result.outcome == "refused"
     assert plane.get("service", "vllm", namespace="llm")["spec"]["selector"] == {"app": "vllm"}
-    assert [w for w in writes(plane, since) if w[0] == "patch"] == []  # not even a dry run
+    assert [w for w in writes(plane, since, attempted=True) if w[0] == "patch"] == []  # not even a dry run
