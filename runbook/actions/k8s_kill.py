@@ -56,6 +56,22 @@ def _current(ctx: StepContext, p: KillProcessParams) -> dict[str, tuple[str, str
     return {pod.name: (pod.uid, _container_id(pod, p.container)) for pod in pods}
 
 
+def _scaled_away(ctx: StepContext, namespace: str, p: KillProcessParams, pods: list[Pod]) -> set[str]:
+    """A StatefulSet's pods at or above its replicas: just scaled down, its controller removes them next.
+
+    Until the controller gets to them (on a real cluster, a moment after the scale's patch) they are
+    neither terminating nor gone, but signalling them would restart a server that is going away."""
+    if p.workload is None:
+        return set()
+    kind, name = base.parse_workload(p.workload)
+    if kind != "statefulset":
+        return set()  # a ReplicaSet chooses which pods go: nothing to tell them by until it marks them
+    replicas = ctx.cluster.get_workload(namespace, kind, name).replicas
+    return {pod.name for pod in pods
+            if pod.name.startswith(f"{name}-") and pod.name[len(name) + 1:].isdigit()
+            and int(pod.name[len(name) + 1:]) >= replicas}
+
+
 @action("k8s.kill_process", kind=Kind.REMEDIATION, params=KillProcessParams)
 def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
     """Signal the processes matching `pattern` in a container (the SOP's `kill -9 $(pgrep -f vllm.entrypoints)`).
@@ -67,8 +83,10 @@ def kill_process(ctx: StepContext, p: KillProcessParams) -> Plan:
     """
     # A terminating pod (a scale-down's, a rollout's) is going away with its processes: on a real
     # cluster it is listed until its kubelet is done, but there is nothing in it to signal.
-    chosen = [pod for pod in select_pods(ctx, p) if not pod.deleting]
     namespace = ctx.namespace(p.namespace)
+    pods = select_pods(ctx, p)
+    leaving = _scaled_away(ctx, namespace, p, pods)
+    chosen = [pod for pod in pods if not pod.deleting and pod.name not in leaving]
     target = _lock_target(namespace, p, chosen)
 
     def look(pod: Pod) -> list[dict]:

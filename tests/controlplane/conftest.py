@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REQUIRE_INTEGRATION
-from tests.controlplane import drills
+from tests.controlplane import drills, objects
 from tests.controlplane import plane as planes
+from tests.controlplane.identity import connect, runbook_kubeconfig
 
 _pool = itertools.cycle(planes.NAMESPACES[1:])
 
@@ -46,6 +48,27 @@ def namespace(plane) -> Iterator[str]:
     plane.make_namespace(name)
     yield name
     plane.kubectl("delete", "namespace", name, "--ignore-not-found", "--wait=false")
+
+
+@pytest.fixture
+def kubeconfig(plane, namespace, tmp_path) -> Path:
+    """deploy/rbac.yaml applied in the test's namespace, and a kubeconfig with its service account's token."""
+    return runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig")
+
+
+@pytest.fixture
+def cluster(kubeconfig):
+    """runbook's Cluster connected as the `runbook` service account (what a user's pod would be)."""
+    made = connect(kubeconfig)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def vllm(plane, namespace) -> dict:
+    """Three vLLM pods of a StatefulSet, made by the controller and Running on the kwok nodes."""
+    plane.apply(objects.vllm_statefulset(namespace, replicas=3))
+    return objects.settled(plane, namespace, "statefulset", "vllm-server")
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ the scenario's virtual time by a fake clock.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import http.server
@@ -26,7 +27,7 @@ from runbook import journal as journals
 from runbook import settings, shared_state
 from runbook.actions import load_builtin
 from runbook.cli.connect import Connection, close_world, real_world
-from runbook.clock import Clock, FakeClock
+from runbook.clock import Clock, FakeClock, SystemClock
 from runbook.config import load_config
 from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes
@@ -38,9 +39,10 @@ from runbook.sim.world import _log_lines, build_world, log_window
 from tests.controlplane import identity
 from tests.controlplane.pod_http import PodPorts
 from tests.controlplane.objects import VLLM_IMAGE, settled
-from tests.controlplane.plane import NAMED_PODS, ControlPlane, wait_for
+from tests.controlplane.plane import NAMED_PODS, ControlPlane
 from tests.prometheus.conftest import free_port
 from tests.realstack.cluster import autoscaler_object, route_object
+from tests.realstack import timeline, wall
 from tests.realstack.timeline import Played, alert_of, signal_overrides
 
 KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": "DaemonSet"}
@@ -321,3 +323,25 @@ def run(laid: Laid, played: Played, state: Path, *, dry_run: bool = False) -> tu
         journal.close()
         close_world(world)
     return result, journals.read_journal(journal.path).events
+
+
+@contextlib.contextmanager
+def on_wall_time(plane: ControlPlane, oracle: PodOracle, name: str, work: Path, *, fix_lands_after: float):
+    """The drill `name` played, then laid on the plane from the wall clock's now, with a Prometheus
+    holding its OOM failures on wall time (they stop `fix_lands_after` seconds from now): yields
+    (the drill, what was laid, its config with that Prometheus in it, written back); stopped and
+    cleared at the end."""
+    drill = timeline.play(name, work / "drill", AssumeYes("controlplane", rehearsal=True))
+    laid = lay(plane, oracle, "http://127.0.0.1:9/", drill, work / "laid", clock=SystemClock(),
+               scenario=drill.scenario.model_copy(update={"start": dt.datetime.now(dt.timezone.utc)}))
+    (work / "prometheus").mkdir()
+    server, _ = wall.prometheus_on_wall_time(drill, "oom_failures_per_min", work / "prometheus",
+                                             fix_lands_after=fix_lands_after)
+    try:
+        config = yaml.safe_load(laid.config.read_text(encoding="utf-8"))
+        config["prometheus"]["url"] = server.url
+        laid.config.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+        yield drill, laid, config
+    finally:
+        server.stop()
+        clear(plane, oracle, laid)

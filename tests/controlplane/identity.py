@@ -32,6 +32,11 @@ def rbac_documents(namespace: str, *, change_rules: Callable[[list[dict]], list[
     return docs
 
 
+def runbook_user(namespace: str) -> str:
+    """The `runbook` service account's name as the apiserver authenticates (and audits) it."""
+    return f"system:serviceaccount:{namespace}:runbook"
+
+
 def runbook_kubeconfig(plane: ControlPlane, namespace: str, path: Path, **rbac) -> Path:
     """deploy/rbac.yaml applied in `namespace`, and a kubeconfig (context `runbook-test`) with the
     `runbook` service account's token."""

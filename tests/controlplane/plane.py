@@ -124,6 +124,9 @@ class ControlPlane:
         self.url = f"https://127.0.0.1:{self.port}"
         self.pods_dir = work / "pods"
         self.audit_log = work / "audit.jsonl"
+        # Where each namespace's latest incarnation begins in the audit log: a namespace made again
+        # (the test pool reuses names) must not show the audit events of the tests before.
+        self._audit_from: dict[str, int] = {}
         self.admin_kubeconfig = self.kubeconfig(work / "admin.kubeconfig", cert=self.pki.admin)
 
     # -- kubeconfigs ---------------------------------------------------------------------------
@@ -299,11 +302,14 @@ class ControlPlane:
         return json.loads(done.stdout)
 
     def audit(self, namespace: str) -> list[dict]:
-        """The audit log's events of `namespace` so far (ResponseComplete; blocking mode writes each
-        before its request is answered)."""
+        """The audit log's events of `namespace` since it was last made (ResponseComplete; blocking
+        mode writes each before its request is answered)."""
         if not self.audit_log.exists():
             return []
-        events = (json.loads(line) for line in self.audit_log.read_text(encoding="utf-8").splitlines() if line)
+        with self.audit_log.open("rb") as log:
+            log.seek(self._audit_from.get(namespace, 0))
+            lines = log.read().decode("utf-8").splitlines()
+        events = (json.loads(line) for line in lines if line)
         return [e for e in events if (e.get("objectRef") or {}).get("namespace") == namespace
                 and e.get("stage") == "ResponseComplete"]
 
@@ -344,6 +350,8 @@ class ControlPlane:
         """`namespace` anew (deleted first if there): its default ServiceAccount made, kwok told of
         its pods by name (NAMED_PODS), and their insides as new."""
         self.kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=true", timeout=180)
+        # From the end of the last whole line: a controller's event may be half written this moment.
+        self._audit_from[namespace] = self.audit_log.read_bytes().rfind(b"\n") + 1 if self.audit_log.exists() else 0
         self.clear_pods_dir(namespace)
         self.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         wait_for(f"the default ServiceAccount in {namespace}",

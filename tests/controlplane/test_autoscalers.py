@@ -16,7 +16,7 @@ from runbook.backends.kubernetes.autoscalers import PAUSED_REPLICAS
 from runbook.clock import FakeClock
 from runbook.errors import StalePlan
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import connect, runbook_kubeconfig, runbook_user
 from tests.controlplane.plane import wait_for
 
 NOW = dt.datetime(2026, 3, 14, 3, 12, 7, tzinfo=dt.timezone.utc)
@@ -57,7 +57,7 @@ def hpa_seen(plane, namespace, replicas: int) -> dict:
 def runbook_patches(plane, namespace) -> list[tuple[str, bool, int]]:
     """runbook's patches in `namespace` as the audit log keeps them, in order: (resource[/subresource],
     dry run, the apiserver's answer)."""
-    user = f"system:serviceaccount:{namespace}:runbook"
+    user = runbook_user(namespace)
     return [("/".join(filter(None, (e["objectRef"]["resource"], e["objectRef"].get("subresource")))),
              "dryRun=All" in e["requestURI"], e["responseStatus"]["code"])
             for e in plane.audit(namespace) if e["verb"] == "patch" and e["user"]["username"] == user]
@@ -191,7 +191,7 @@ def test_a_scaledobject_is_paused_at_the_target_and_unpaused_by_the_rollback(pla
     assert PAUSED_REPLICAS not in annotations
     assert plane.get("deployment", "api-gateway", namespace=namespace)["spec"]["replicas"] == 2
     patched = [e["objectRef"]["resource"] for e in plane.audit(namespace) if e["verb"] == "patch"
-               and e["user"]["username"] == f"system:serviceaccount:{namespace}:runbook"]
+               and e["user"]["username"] == runbook_user(namespace)]
     assert patched == ["scaledobjects", "deployments", "deployments", "scaledobjects"]  # no HPA among them
 
 

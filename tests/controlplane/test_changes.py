@@ -10,27 +10,10 @@ import pytest
 
 from runbook.errors import Conflict, InvalidInput, Refused, StalePlan
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import runbook_user
 from tests.controlplane.plane import wait_for
 
 APP = {"app": "vllm-server"}
-
-
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def vllm(plane, namespace):
-    plane.apply(objects.vllm_statefulset(namespace, replicas=3))
-    return objects.settled(plane, namespace, "statefulset", "vllm-server")
-
-
-def runbooks(namespace: str) -> str:
-    return f"system:serviceaccount:{namespace}:runbook"
 
 
 def pod_args(plane, namespace) -> dict[str, list[str]]:
@@ -63,7 +46,7 @@ def test_scale_down_through_the_subresource_and_the_controller_removes_the_pods(
     assert read.stdout == "1"
     # runbook's one write was a patch of the scale subresource (the controller's pod deletes are not its).
     writes = [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", ""))
-              for e in plane.audit(namespace) if e["user"]["username"] == runbooks(namespace)
+              for e in plane.audit(namespace) if e["user"]["username"] == runbook_user(namespace)
               and e["verb"] in ("create", "update", "patch", "delete")]
     assert writes == [("patch", "statefulsets", "scale")]
     with pytest.raises(InvalidInput, match="DaemonSet"):
@@ -102,7 +85,7 @@ def test_server_side_dry_run_answers_the_plan_and_changes_nothing(plane, namespa
     cluster.delete_pod(namespace, "vllm-server-0", uid=pods["vllm-server-0"], dry_run=True)
     cluster.delete_pod(namespace, "vllm-server-1", uid=pods["vllm-server-1"], dry_run=True, evict=True)
     assert {p.name: p.uid for p in cluster.list_pods(namespace, APP)} == pods  # no pod deleted nor evicted
-    writes = [e for e in plane.audit(namespace) if e["user"]["username"] == runbooks(namespace)
+    writes = [e for e in plane.audit(namespace) if e["user"]["username"] == runbook_user(namespace)
               and e["verb"] in ("create", "update", "patch", "delete")]
     assert [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", "")) for e in writes] == [
         ("patch", "statefulsets", "scale"), ("patch", "statefulsets", ""), ("delete", "pods", ""),
@@ -173,7 +156,7 @@ def test_an_eviction_the_pdb_forbids_is_refused_naming_the_budget(plane, namespa
     cluster.delete_pod(namespace, pod.name, uid=pod.uid, evict=True)
     wait_for("the evicted pod goes", lambda: pod.uid not in {p.uid for p in cluster.list_pods(namespace, APP)},
              timeout=60)
-    evictions = plane.audited(namespace, verb="create", resource="pods/eviction", user=runbooks(namespace))
+    evictions = plane.audited(namespace, verb="create", resource="pods/eviction", user=runbook_user(namespace))
     assert [e["responseStatus"]["code"] for e in evictions] == [429, 201]  # the budget's 429 is not retried
 
 
@@ -224,5 +207,5 @@ def test_a_plan_resting_on_its_version_alone_is_never_applied_once_the_workload_
     stored = plane.get("statefulset", "vllm-server", namespace=namespace)["spec"]["template"]["spec"]["containers"][0]
     assert stored["args"] == lowered
     assert [("dryRun=All" in e["requestURI"], e["responseStatus"]["code"]) for e in plane.audited(
-        namespace, verb="patch", resource="statefulsets", user=f"system:serviceaccount:{namespace}:runbook")] == [
+        namespace, verb="patch", resource="statefulsets", user=runbook_user(namespace))] == [
         (False, 409), (False, 200)]  # the stale one refused by the apiserver, the second never sent

@@ -18,7 +18,7 @@ from runbook.loading.validation import load_playbook_text
 from runbook.locks import MemoryLocks
 from runbook.testing import FakeMetrics
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import runbook_user
 
 LOWER = """
 name: lower
@@ -41,13 +41,6 @@ ENV = [{"name": "HF_HOME", "value": "/mnt/models/.cache"},
        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}}},
        {"name": "MAX_LEN", "valueFrom": {"configMapKeyRef": {"name": "llm-config", "key": "max-len"}}},
        {"name": "EMPTY"}]
-
-
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
 
 
 def llama(plane, namespace: str, command: list[str], args: list[str], env: list[dict] | None = None) -> dict:
@@ -80,7 +73,7 @@ def main_container(plane, namespace: str) -> dict:
 
 def deployment_writes(plane, namespace: str) -> list[tuple[str, bool, int]]:
     """runbook's writes of the Deployment as the audit log keeps them: (verb, dry run, answer), in order."""
-    user = f"system:serviceaccount:{namespace}:runbook"
+    user = runbook_user(namespace)
     return [(e["verb"], "dryRun=All" in e["requestURI"], e["responseStatus"]["code"]) for e in plane.audit(namespace)
             if e["objectRef"].get("resource") == "deployments" and e["user"]["username"] == user]
 

@@ -11,14 +11,7 @@ import pytest
 from runbook.errors import CommandFailed, NotFound
 from tests.conftest import data_text
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
-
-
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
+from tests.controlplane.identity import runbook_user
 
 
 def serving(plane, namespace: str, replicas: int = 1) -> None:
@@ -40,7 +33,7 @@ def test_an_exec_asks_the_api_once_per_pod(plane, namespace, cluster):
     serving(plane, namespace)
     plane.answer(namespace, "ls", pod="vllm-server-0", stdout="model\n")
     assert cluster.exec(namespace, "vllm-server-0", "vllm", ["ls", "/models"], timeout=20).stdout == "model\n"
-    runbook = f"system:serviceaccount:{namespace}:runbook"
+    runbook = runbook_user(namespace)
     asked = [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", ""), e["objectRef"]["name"])
              for e in plane.audit(namespace) if e["user"]["username"] == runbook]
     assert len(asked) == 1 and asked[0][1:] == ("pods", "exec", "vllm-server-0"), asked

@@ -29,45 +29,21 @@ from runbook.shared_state import history_for
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import connect, runbook_kubeconfig, runbook_user
 from tests.controlplane.plane import wait_for
 from tests.controlplane.test_rbac import without
 from tests.engine.helpers import playbook
+from tests.safety import books
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = utc(2026, 3, 14, 3, 12, 7)
 
-SCALE = """
-name: test-oom
-title: test playbook
-detect: {signal: oom_failures_per_min, above: 0}
-params: {namespace: NAMESPACE, workload: statefulset/vllm-server}
-steps:
-  - id: scale-down
-    uses: k8s.scale
-    with: {target: "{{ params.workload }}", replicas: REPLICAS}
-    guard: {cooldown: 30m, min_ready: 0, confirm: false}
-"""
-
-
-def runbook_user(namespace: str) -> str:
-    return f"system:serviceaccount:{namespace}:runbook"
-
-
-@pytest.fixture
-def kubeconfig(plane, namespace, tmp_path) -> Path:
-    return runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig")
-
-
-@pytest.fixture
-def cluster(kubeconfig):
-    made = connect(kubeconfig)
-    yield made
-    made.close()
+# The guard that lets a scale through but for its cooldown: the shared record is what is judged.
+COOLDOWN_ONLY = "{cooldown: 30m, min_ready: 0, confirm: false}"
 
 
 def scale_playbook(namespace: str, replicas: int):
-    return playbook(SCALE.replace("NAMESPACE", namespace).replace("REPLICAS", str(replicas)))
+    return playbook(books.scale_to(replicas, namespace=namespace), COOLDOWN_ONLY)
 
 
 def engine(cluster, state: Path, incident: str, at: dt.datetime) -> tuple[Engine, JsonlJournal]:
@@ -247,7 +223,6 @@ def test_the_ledger_of_applied_changes_is_a_configmap_kubectl_reads(plane, names
     assert writes == [("create", 201)]  # the second record of the same application wrote nothing
 
 
-@pytest.mark.xfail(reason="failed in the full tests/controlplane run of 2026-12-07 (passes alone); under investigation, see the issue 30 note", strict=False)
 def test_f7_cooldown_holds_across_state_directories(plane, namespace, cluster, tmp_path):
     target = f"{namespace}/statefulset/vllm-server"
     plane.apply(objects.vllm_statefulset(namespace, replicas=3))
@@ -273,9 +248,11 @@ def test_f7_cooldown_holds_across_state_directories(plane, namespace, cluster, t
     assert plane.get("statefulset", "vllm-server", namespace=namespace)["spec"]["replicas"] == 1
     assert [e["incident"] for e in stored_record(plane, namespace, target)] == ["inc-laptop"]
     scales = plane.audited(namespace, verb="patch", resource="statefulsets/scale", user=runbook_user(namespace))
-    # The first run's server-side dry run, then its scale; the refused run sent none.
-    assert [("dryRun=All" in e["requestURI"], e["responseStatus"]["code"]) for e in scales] == \
-        [(True, 200), (False, 200)]
+    # The first run's server-side dry run, then its scale; the refused run sent none. The StatefulSet was
+    # just made, so its controller's status writes may answer a patch 409: the client sends it again.
+    answers = [("dryRun=All" in e["requestURI"], e["responseStatus"]["code"]) for e in scales]
+    assert [a for a in answers if a[1] < 300] == [(True, 200), (False, 200)], answers
+    assert {code for _, code in answers if code >= 300} <= {409}, answers
 
 
 def test_f7_the_second_instance_counts_the_first_ones_record(plane, namespace, cluster, tmp_path):

@@ -123,6 +123,19 @@ def laid_out(plane, oracle, prometheus, tmp_path):
         drills.clear(plane, oracle, laid)
 
 
+@pytest.fixture
+def replay(plane, played, laid_out, tmp_path):
+    """Runs a drill's playbook on the plane: (the drill, the run's result, its events, where the
+    audit log of `llm` stood before it)."""
+    def go(name: str):
+        drill = played[name]
+        laid = laid_out(drill)
+        since = len(plane.audit("llm"))
+        result, events = drills.run(laid, drill, tmp_path / "state")
+        return drill, result, events, since
+    return go
+
+
 def _first_difference(events, expected) -> str:
     """What the real run said where its story left the drill's (for the failure's message)."""
     for got, want in zip(events, expected):
@@ -179,13 +192,9 @@ def test_oom_surge_scales_down_and_the_controller_rolls_the_last_pod_with_the_lo
     assert len(history) == 2  # the rollout's two revisions, as `kubectl rollout history` lists them
 
 
-@pytest.mark.xfail(reason="failed in the full tests/controlplane run of 2026-12-07 (passes alone); under investigation, see the issue 30 note", strict=False)
-def test_at_the_floor_the_kill_is_the_one_restart_and_nothing_is_rolled_out(plane, played, laid_out, tmp_path):
+def test_at_the_floor_the_kill_is_the_one_restart_and_nothing_is_rolled_out(plane, replay):
     # --max-model-len already at its floor: the server process is killed (the one restart), no argv patch.
-    drill = played["oom-surge-at-floor"]
-    laid = laid_out(drill)
-    since = len(plane.audit("llm"))
-    result, events = drills.run(laid, drill, tmp_path / "state")
+    drill, result, events, since = replay("oom-surge-at-floor")
     assert story(events) == story(drill.events)
     assert result.outcome == "resolved", result.reason
     assert [e.step for e in events if e.type == "action.applied"] == ["scale-down", "kill-server"]
@@ -311,11 +320,8 @@ def test_a_dry_run_of_a_playbook_changes_nothing_in_the_cluster(plane, played, l
     assert [pod for pod, command in execs(plane, since) if command == "kill"] == []
 
 
-def test_disconnect_storm_reads_two_logs_and_writes_nothing_to_the_cluster(plane, played, laid_out, tmp_path):
-    drill = played["disconnect-storm"]
-    laid = laid_out(drill)
-    since = len(plane.audit("llm"))
-    result, events = drills.run(laid, drill, tmp_path / "state")
+def test_disconnect_storm_reads_two_logs_and_writes_nothing_to_the_cluster(plane, replay):
+    _, result, events, since = replay("disconnect-storm")
     assert result.outcome == "resolved"
     assert sorted(log_reads(plane, since)) == [("vllm-server-0", 200, False), ("vllm-server-1", 200, False)]
     assert writes(plane, since, attempted=True) == []
@@ -323,12 +329,8 @@ def test_disconnect_storm_reads_two_logs_and_writes_nothing_to_the_cluster(plane
     assert advice.data["status"] == "ok"
 
 
-def test_prompt_truncation_asks_no_previous_log_of_unrestarted_pods_and_changes_only_the_flag(
-        plane, played, laid_out, tmp_path):
-    drill = played["prompt-truncation"]
-    laid = laid_out(drill)
-    since = len(plane.audit("llm"))
-    result, _ = drills.run(laid, drill, tmp_path / "state")
+def test_prompt_truncation_asks_no_previous_log_of_unrestarted_pods_and_changes_only_the_flag(plane, replay):
+    drill, result, _, since = replay("prompt-truncation")
     assert result.outcome == drill.scenario.expect == "resolved"
     # Neither pod restarted (restart count 0, no last state): the previous logs the kubelet would
     # refuse are not asked for.
@@ -337,11 +339,8 @@ def test_prompt_truncation_asks_no_previous_log_of_unrestarted_pods_and_changes_
         {("patch", "statefulsets", "vllm-server")}
 
 
-def test_canary_rollback_ends_on_stable_with_the_route_moved_before_the_canary(plane, played, laid_out, tmp_path):
-    drill = played["canary-rollback"]
-    laid = laid_out(drill)
-    since = len(plane.audit("llm"))
-    result, _ = drills.run(laid, drill, tmp_path / "state")
+def test_canary_rollback_ends_on_stable_with_the_route_moved_before_the_canary(plane, replay):
+    _, result, _, since = replay("canary-rollback")
     assert result.outcome == "resolved"
     assert plane.get("service", "vllm", namespace="llm")["spec"]["selector"] == {"app": "vllm", "version": "v1"}
     assert plane.get("deployment", "vllm-v2", namespace="llm")["spec"]["replicas"] == 0
@@ -353,11 +352,8 @@ def test_canary_rollback_ends_on_stable_with_the_route_moved_before_the_canary(p
     assert max(i for i, p in enumerate(patches) if p == route) < min(i for i, p in enumerate(patches) if p == scale)
 
 
-def test_with_no_stable_pod_ready_the_route_is_never_written(plane, played, laid_out, tmp_path):
-    drill = played["canary-rollback-stable-unready"]
-    laid = laid_out(drill)
-    since = len(plane.audit("llm"))
-    result, _ = drills.run(laid, drill, tmp_path / "state")
+def test_with_no_stable_pod_ready_the_route_is_never_written(plane, replay):
+    _, result, _, since = replay("canary-rollback-stable-unready")
     assert result.outcome == "refused"
     assert plane.get("service", "vllm", namespace="llm")["spec"]["selector"] == {"app": "vllm"}
     assert [w for w in writes(plane, since, attempted=True) if w[0] == "patch"] == []  # not even a dry run

@@ -12,7 +12,7 @@ import pytest
 from runbook.errors import InvalidInput, NotFound
 from runbook.parsers.log_matches import count_matches, split_lines
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import runbook_user
 from tests.controlplane.plane import gpu_node, wait_for
 
 APP = {"app": "vllm-server"}
@@ -20,25 +20,16 @@ GATEWAY = {"app": "api-gateway"}
 OOM = ["CUDA out of memory", r"torch\.(cuda\.)?OutOfMemoryError"]
 
 
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def vllm(plane, namespace):
-    plane.apply(objects.vllm_statefulset(namespace, replicas=3))
-    return objects.settled(plane, namespace, "statefulset", "vllm-server")
-
-
-def runbooks(namespace: str) -> str:
-    return f"system:serviceaccount:{namespace}:runbook"
-
-
 def stamp(at: dt.datetime) -> str:
     return at.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def restarted_after_an_oom(plane, namespace: str, pod: str, now: dt.datetime) -> None:
+    """`pod`'s vllm container restarted 29 s before `now`, its previous log ending in a CUDA OOM."""
+    plane.write_log(namespace, [(stamp(now - dt.timedelta(seconds=30)), "torch.OutOfMemoryError: CUDA out of memory")],
+                    pod=pod, previous=True)
+    plane.container_restarted(namespace, pod, "vllm", reason="Error", exit_code=1,
+                              finished_at=stamp(now - dt.timedelta(seconds=29))[:19] + "Z")
 
 
 def report_unready(plane, namespace: str, pod: str) -> None:
@@ -74,9 +65,9 @@ def test_an_empty_selector_is_refused_before_any_list(plane, namespace, cluster)
         cluster.list_pods(namespace, {})
     with pytest.raises(InvalidInput, match="not a valid label selector"):
         cluster.list_pods(namespace, {"app": "x,y"})
-    assert plane.audited(namespace, verb="list", resource="pods", user=runbooks(namespace)) == []
+    assert plane.audited(namespace, verb="list", resource="pods", user=runbook_user(namespace)) == []
     cluster.list_pods(namespace, APP)  # the audit log would show a list: the check above can fail
-    assert len(plane.audited(namespace, verb="list", resource="pods", user=runbooks(namespace))) == 1
+    assert len(plane.audited(namespace, verb="list", resource="pods", user=runbook_user(namespace))) == 1
 
 
 def test_listing_pages_through_a_large_namespace(plane, namespace, cluster):
@@ -91,7 +82,7 @@ def test_listing_pages_through_a_large_namespace(plane, namespace, cluster):
     listed = cluster.list_pods(namespace, {"app": "many"})
     assert sorted(p.name for p in listed) == sorted(f"many-{i}" for i in range(501))
     assert {p.phase for p in listed} == {"Pending"}
-    uris = [e["requestURI"] for e in plane.audited(namespace, verb="list", resource="pods", user=runbooks(namespace))]
+    uris = [e["requestURI"] for e in plane.audited(namespace, verb="list", resource="pods", user=runbook_user(namespace))]
     assert len(uris) == 2, uris  # 500, then the rest by the first page's continue token
     assert all("limit=500" in uri for uri in uris)
     assert "continue=" not in uris[0] and "continue=" in uris[1]
@@ -199,19 +190,16 @@ def test_the_apiserver_refuses_log_requests_as_runbook_reads_them(plane, namespa
     with pytest.raises(InvalidInput, match="container nope is not valid"):
         call("read", core.read_namespaced_pod_log, "vllm-server-0", namespace, container="nope", max_bytes=100)
     answered = [e["responseStatus"]["code"] for e in plane.audited(namespace, verb="get", resource="pods/log",
-                                                                    user=runbooks(namespace))]
+                                                                    user=runbook_user(namespace))]
     assert len(answered) == 3 and answered[0] == 404 and set(answered) <= {404, 400, 422}, answered
 
 
 def test_a_previous_log_is_asked_only_of_pods_whose_status_shows_a_restart(plane, namespace, vllm, cluster):
     now = dt.datetime.now(dt.timezone.utc)
-    plane.write_log(namespace, [(stamp(now - dt.timedelta(seconds=30)), "torch.OutOfMemoryError: CUDA out of memory")],
-                    pod="vllm-server-2", previous=True)
-    plane.container_restarted(namespace, "vllm-server-2", "vllm", reason="Error", exit_code=1,
-                              finished_at=stamp(now - dt.timedelta(seconds=29))[:19] + "Z")
+    restarted_after_an_oom(plane, namespace, "vllm-server-2", now)
     previous = {log.pod: log for log in cluster.logs(namespace, APP, since_seconds=600, previous=True)}
     asked = [e["objectRef"]["name"] for e in plane.audited(namespace, verb="get", resource="pods/log",
-                                                            user=runbooks(namespace))]
+                                                            user=runbook_user(namespace))]
     assert asked == ["vllm-server-2"]
     assert previous["vllm-server-0"].absent and previous["vllm-server-1"].absent
     assert "OutOfMemoryError" in previous["vllm-server-2"].text
@@ -221,14 +209,11 @@ def test_both_logs_come_from_one_listing_of_the_pods(plane, namespace, vllm, clu
     # `read: both` (oom-in-logs): the previous and the running containers' logs of the same pods,
     # one list request, not one per kind of log.
     now = dt.datetime.now(dt.timezone.utc)
-    plane.write_log(namespace, [(stamp(now - dt.timedelta(seconds=30)), "torch.OutOfMemoryError: CUDA out of memory")],
-                    pod="vllm-server-1", previous=True)
-    plane.container_restarted(namespace, "vllm-server-1", "vllm", reason="Error", exit_code=1,
-                              finished_at=stamp(now - dt.timedelta(seconds=29))[:19] + "Z")
+    restarted_after_an_oom(plane, namespace, "vllm-server-1", now)
     plane.write_log(namespace, [(stamp(now - dt.timedelta(seconds=5)), "INFO:     Started server process [1]")],
                     pod="vllm-server-1")
     logs = cluster.logs(namespace, APP, since_seconds=600, with_previous=True)
-    assert len(plane.audited(namespace, verb="list", resource="pods", user=runbooks(namespace))) == 1
+    assert len(plane.audited(namespace, verb="list", resource="pods", user=runbook_user(namespace))) == 1
     assert [(log.pod, log.previous, log.absent) for log in logs] == [
         ("vllm-server-0", True, True), ("vllm-server-1", True, False), ("vllm-server-2", True, True),
         ("vllm-server-0", False, False), ("vllm-server-1", False, False), ("vllm-server-2", False, False)]

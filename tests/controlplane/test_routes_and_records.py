@@ -11,16 +11,9 @@ import pytest
 from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT
 from runbook.errors import InvalidInput, NotFound, StalePlan
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import runbook_user
 
 STABLE = {"app": "vllm", "version": "v1"}
-
-
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
 
 
 def canary_routes(namespace: str) -> list[dict]:
@@ -109,7 +102,7 @@ def test_a_route_dry_run_changes_nothing(plane, namespace, cluster):
     assert dict(done.weights) == {"vllm-v2": 0}
     assert plane.get("ingress", "vllm-canary", namespace=namespace)["metadata"]["annotations"][CANARY_WEIGHT] == "20"
     patches = plane.audited(namespace, verb="patch", resource="ingresses",
-                            user=f"system:serviceaccount:{namespace}:runbook")
+                            user=runbook_user(namespace))
     assert ["dryRun=All" in e["requestURI"] for e in patches] == [True]  # the apiserver was asked, dry
 
 

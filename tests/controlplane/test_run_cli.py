@@ -9,19 +9,13 @@ little later, as they stopped in the drill after the fix; the observation window
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import subprocess
 import sys
 
-import yaml
-
 from runbook import journal as journals
-from runbook.clock import SystemClock
-from runbook.engine.operator import AssumeYes
 from tests.controlplane import drills, objects
-from tests.realstack import timeline, wall
 
 # Seconds from writing the data to the OOM failures stopping: after the run's remediations, before its verification.
 FIX_LANDS_AFTER = 20.0
@@ -29,17 +23,7 @@ OBSERVE = "10s"
 
 
 def test_runbook_run_oom_surge_yes_on_the_real_plane(plane, oracle, tmp_path):
-    drill = timeline.play("oom-surge", tmp_path / "drill", AssumeYes("controlplane", rehearsal=True))
-    start = dt.datetime.now(dt.timezone.utc)
-    laid = drills.lay(plane, oracle, "http://127.0.0.1:9/", drill, tmp_path / "laid", clock=SystemClock(),
-                      scenario=drill.scenario.model_copy(update={"start": start}))
-    work = tmp_path / "prometheus"
-    work.mkdir()
-    server, _ = wall.prometheus_on_wall_time(drill, "oom_failures_per_min", work, fix_lands_after=FIX_LANDS_AFTER)
-    try:
-        config = yaml.safe_load(laid.config.read_text(encoding="utf-8"))
-        config["prometheus"]["url"] = server.url
-        laid.config.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    with drills.on_wall_time(plane, oracle, "oom-surge", tmp_path, fix_lands_after=FIX_LANDS_AFTER) as (_, laid, _):
         state = tmp_path / "state"
         env = {**os.environ, "RUNBOOK_STATE_DIR": str(state)}
         env.pop("RUNBOOK_CONFIG", None)
@@ -47,9 +31,6 @@ def test_runbook_run_oom_surge_yes_on_the_real_plane(plane, oracle, tmp_path):
                                "--config", str(laid.config), "--output", "json"],
                               capture_output=True, text=True, env=env, timeout=240)
         settled = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
-    finally:
-        server.stop()
-        drills.clear(plane, oracle, laid)
     paths = list(journals.journal_paths(state))
     assert len(paths) == 1, done.stderr[-3000:]
     events = journals.read_journal(paths[0]).events

@@ -13,11 +13,8 @@ import datetime as dt
 import yaml
 
 from runbook import journal as journals
-from runbook.clock import SystemClock
-from runbook.engine.operator import AssumeYes
 from runbook.model import events as ev
 from tests.controlplane import drills, objects
-from tests.realstack import timeline, wall
 from tests.webhook import replicas as serving
 from tests.webhook.helpers import am_group
 
@@ -27,17 +24,9 @@ REMEDIATIONS = ["scale-down", "lower-max-model-len", "kill-server"]
 
 
 def test_runbook_serve_runs_oom_surge_from_a_delivery_on_the_real_plane(plane, oracle, tmp_path):
-    drill = timeline.play("oom-surge", tmp_path / "drill", AssumeYes("controlplane", rehearsal=True))
-    start = dt.datetime.now(dt.timezone.utc)
-    laid = drills.lay(plane, oracle, "http://127.0.0.1:9/", drill, tmp_path / "laid", clock=SystemClock(),
-                      scenario=drill.scenario.model_copy(update={"start": start}))
-    work = tmp_path / "prometheus"
-    work.mkdir()
-    server, _ = wall.prometheus_on_wall_time(drill, "oom_failures_per_min", work, fix_lands_after=FIX_LANDS_AFTER)
     replica = None
-    try:
-        config = yaml.safe_load(laid.config.read_text(encoding="utf-8"))
-        config["prometheus"]["url"] = server.url
+    with drills.on_wall_time(plane, oracle, "oom-surge", tmp_path, fix_lands_after=FIX_LANDS_AFTER) as (
+            drill, laid, config):
         config["webhook"] = {
             "workers": 1, "sweep_interval": "1s",
             "routes": [{"playbook": "oom-surge", "alertname": "VllmOomSurge", "params": {"observe": "10s"}}],
@@ -46,24 +35,23 @@ def test_runbook_serve_runs_oom_surge_from_a_delivery_on_the_real_plane(plane, o
         # This server serves the bundled oom-surge alone: the others need what it is not given (an SSH inventory).
         (tmp_path / "playbooks").mkdir()
         (tmp_path / "playbooks" / "oom-surge.yaml").write_bytes((PLAYBOOKS / "oom-surge.yaml").read_bytes())
-        replica = serving.start(tmp_path, "a", config["kubernetes"]["kubeconfig"], namespace="llm")
-        serving.wait_healthy(replica, timeout=60)
-        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
-        assert serving.deliver(replica.url, am_group(namespace="llm", starts_at=stamp), within=30) == 202
+        try:
+            replica = serving.start(tmp_path, "a", config["kubernetes"]["kubeconfig"], namespace="llm")
+            serving.wait_healthy(replica, timeout=60)
+            stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+            assert serving.deliver(replica.url, am_group(namespace="llm", starts_at=stamp), within=30) == 202
 
-        def finished() -> list:
-            paths = list(journals.journal_paths(replica.state))
-            events = journals.read_journal(paths[0]).events if len(paths) == 1 else []
-            return events if events and events[-1].type == ev.RUN_FINISHED else []
+            def finished() -> list:
+                paths = list(journals.journal_paths(replica.state))
+                events = journals.read_journal(paths[0]).events if len(paths) == 1 else []
+                return events if events and events[-1].type == ev.RUN_FINISHED else []
 
-        serving.wait_until(lambda: bool(finished()), "the webhook's run of oom-surge to finish", timeout=180)
-        events = finished()
-        done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
-    finally:
-        if replica is not None:
-            serving.stop([replica])
-        server.stop()
-        drills.clear(plane, oracle, laid)
+            serving.wait_until(lambda: bool(finished()), "the webhook's run of oom-surge to finish", timeout=180)
+            events = finished()
+            done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
+        finally:
+            if replica is not None:
+                serving.stop([replica])
     log = replica.log.read_text(errors="replace")[-3000:]
     assert events[-1].data["outcome"] == drill.result.outcome == "resolved", log
     applied = [e.step for e in events if e.type == ev.ACTION_APPLIED]

@@ -13,15 +13,8 @@ from runbook.backends.base import ContainerSpec, EnvVar
 from runbook.errors import InvalidInput, NotFound
 from tests.conftest import data_text, reference_text
 from tests.controlplane import objects
-from tests.controlplane.identity import connect, runbook_kubeconfig
+from tests.controlplane.identity import runbook_user
 from tests.controlplane.plane import NODES
-
-
-@pytest.fixture
-def cluster(plane, namespace, tmp_path):
-    made = connect(runbook_kubeconfig(plane, namespace, tmp_path / "kubeconfig"))
-    yield made
-    made.close()
 
 
 def apply_manifest(plane, namespace: str, text: str) -> None:
@@ -136,4 +129,4 @@ def test_set_argv_of_a_missing_container_says_which_exist(plane, namespace, clus
     stored = plane.get("statefulset", "vllm-server", namespace=namespace)
     assert stored["metadata"]["generation"] == 1  # nothing was written
     assert plane.audited(namespace, verb="patch", resource="statefulsets",
-                         user=f"system:serviceaccount:{namespace}:runbook") == []
+                         user=runbook_user(namespace)) == []

@@ -23,22 +23,13 @@ from runbook.actions import load_builtin
 from runbook.testing import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import playbook
+from tests.safety import books
 from tests.kubernetes.conftest import connect_cluster
 
 TARGET = "llm/statefulset/vllm-server"
 T0 = utc(2026, 3, 14, 3, 12, 7)
 
-SCALE = """
-name: test-oom
-title: test playbook
-detect: {signal: oom_failures_per_min, above: 0}
-params: {namespace: llm, workload: statefulset/vllm-server}
-steps:
-  - id: scale-down
-    uses: k8s.scale
-    with: {target: "{{ params.workload }}", replicas: REPLICAS}
-    guard: {cooldown: 30m, min_ready: 0, confirm: false}
-"""
+COOLDOWN_ONLY = "{cooldown: 30m, min_ready: 0, confirm: false}"
 
 
 def _engine(cluster, state, incident: str, at: dt.datetime) -> tuple[Engine, JsonlJournal]:
@@ -73,7 +64,7 @@ def test_f7_an_unreachable_record_refuses_rather_than_allows(k8s, kubeconfig, tm
 def test_f7_a_run_whose_record_cannot_be_read_is_refused_and_changes_nothing(k8s, cluster, tmp_path):
     k8s.inject(method="GET", path=r"/configmaps/", status=503, times=4)  # every attempt: 1 + 3 retries
     engine, journal = _engine(cluster, tmp_path, "inc-blind", T0)
-    result = engine.run(playbook(SCALE.replace("REPLICAS", "1")))
+    result = engine.run(playbook(books.scale_to(1), COOLDOWN_ONLY))
     events = journal.events()
     journal.close()
 

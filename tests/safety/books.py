@@ -23,3 +23,8 @@ steps:
     with: {target: "{{ params.workload }}", replicas: 1}
     guard: GUARD
 """
+
+
+def scale_to(replicas: int, *, namespace: str = "llm") -> str:
+    """SCALE scaling to `replicas` in `namespace` (its GUARD still to fill in)."""
+    return SCALE.replace("namespace: llm", f"namespace: {namespace}").replace("replicas: 1", f"replicas: {replicas}")

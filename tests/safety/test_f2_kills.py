@@ -175,6 +175,20 @@ def test_f2_pod_kill_spares_the_replacement_of_a_deleted_pod():
         {"pod": "vllm-server-0", "pid": 1, "reason": "restarted", "detail": "the pod was replaced"}]}
 
 
+def test_f2_a_kill_after_a_scale_down_spares_the_pods_the_controller_removes_next():
+    """Just after a scale-down's patch a real StatefulSet controller has not yet marked its highest
+    ordinals for deletion (the control plane showed it): they are going, so the kill plans none of them."""
+    s = sim("oom-surge")
+    workload = s.world.state.workload("llm", "statefulset", "vllm-server")
+    assert [pod.name for pod in workload.pods] == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]
+    workload.replicas = 1  # the scale is patched; the controller has not got to vllm-server-1 and -2 yet
+    plan = plan_of(s, "k8s.kill_process", workload="statefulset/vllm-server", container="vllm")
+    assert sorted(plan.before["processes"]) == plan.after["pods"] == ["vllm-server-0"]
+    assert plan.before["ready"] == "1/1"
+    by_selector = plan_of(s, "k8s.kill_process", selector="app=vllm-server", container="vllm")
+    assert by_selector.after["pods"] == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]  # no workload named: no replicas to read
+
+
 # ----------------------------------------------------------------------------- (b) exactly the planned PIDs
 
 def test_f2_kill_applies_exactly_the_planned_pids():
