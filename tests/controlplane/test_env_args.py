@@ -78,6 +78,13 @@ def deployment_writes(plane, namespace: str) -> list[tuple[str, bool, int]]:
             if e["objectRef"].get("resource") == "deployments" and e["user"]["username"] == user]
 
 
+def accepted(writes: list[tuple[str, bool, int]]) -> list[tuple[str, bool, int]]:
+    """The writes the apiserver took. The only others allowed: a 409 from the Deployment controller's
+    status write between runbook's read and its patch, which the client sends again (one change)."""
+    assert {code for *_, code in writes if code >= 300} <= {409}, writes
+    return [w for w in writes if w[2] < 300]
+
+
 def test_env_vars_are_read_with_where_valuefrom_points(plane, namespace, cluster):
     llama(plane, namespace, ["/bin/bash", "-c"], [SCRIPT])
     main = cluster.get_workload(namespace, "deployment", "llama").container("main")
@@ -96,7 +103,7 @@ def test_vllm_additional_args_is_lowered_in_the_env_var_only(plane, namespace, c
     assert main_container(plane, namespace) == {
         **before, "env": [e if e["name"] != "VLLM_ADDITIONAL_ARGS" else {**e, "value": lowered}
                           for e in before["env"]]}  # command, args, valueFrom entries untouched
-    assert deployment_writes(plane, namespace) == [("patch", True, 200), ("patch", False, 200)]
+    assert accepted(deployment_writes(plane, namespace)) == [("patch", True, 200), ("patch", False, 200)]
     objects.settled(plane, namespace, "deployment", "llama", timeout=120)  # the Deployment controller rolls it
     pods = json.loads(plane.kubectl("get", "pods", "-n", namespace, "-l", "app=llama", "-o", "json").stdout)["items"]
     live = [p for p in pods if p["metadata"].get("deletionTimestamp") is None]
@@ -144,4 +151,4 @@ def test_set_env_is_conditional_on_the_planned_container_and_dry_run_stores_noth
         cluster.set_container_argv(namespace, "deployment", "llama", "main", command=None, args=None,
                                    env={"HF_TOKEN": "x"})
     assert [e for e in main_container(plane, namespace)["env"] if e["name"] == "VLLM_ADDITIONAL_ARGS"] == [ENV[1]]
-    assert deployment_writes(plane, namespace) == [("patch", True, 200)]  # the dry run alone
+    assert accepted(deployment_writes(plane, namespace)) == [("patch", True, 200)]  # the dry run alone
