@@ -125,9 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     from runbook.actions import load_builtin
     from runbook.backends.base import World
     from runbook.clock import FakeClock
-    from runbook.journal import incident_dir
+    from runbook.record.journal import incident_dir
     from runbook.loading.validation import load_playbook_text
-    from runbook.testing import FakeMetrics
+    from runbook.sim.fakes import FakeMetrics
     from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
     from runbook.webhook.settings import Policy, Secrets, WebhookConfig

@@ -56,10 +56,10 @@ from runbook.clock import FakeClock  # noqa: E402
 from runbook.config import Config  # noqa: E402
 from runbook.engine.operator import AssumeYes  # noqa: E402
 from runbook.engine.runner import Engine  # noqa: E402
-from runbook.journal import History, MemoryJournal  # noqa: E402
+from runbook.record.journal import History, MemoryJournal  # noqa: E402
 from runbook.loading import validation  # noqa: E402
-from runbook.locks import MemoryLocks  # noqa: E402
-from runbook.registry import Kind  # noqa: E402
+from runbook.record.locks import MemoryLocks  # noqa: E402
+from runbook.model.registry import Kind  # noqa: E402
 from runbook.actions import load_builtin
 from runbook.triage.evaluate import evaluate  # noqa: E402
 from tests.kubernetes import world as k8s_world  # noqa: E402

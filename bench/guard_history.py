@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from runbook.journal import History, incident_dir
+from runbook.record.journal import History, incident_dir
 from runbook.model import events as ev
 
 TARGET = "llm/statefulset/vllm-server"

@@ -13,9 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from runbook import redaction
+from runbook.record import redaction
 from runbook.clock import FakeClock, utc
-from runbook.journal import JsonlJournal, read_journal
+from runbook.record.journal import JsonlJournal, read_journal
 from runbook.model import events as ev
 from runbook.reporting.rca import render
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from runbook.engine.operator import AssumeYes
 from runbook.drill.run import run_drill
-from runbook.journal import journal_paths
+from runbook.record.journal import journal_paths
 from runbook.reporting import review, review_render
 from runbook.reporting.review_facts import from_journal
 

@@ -50,7 +50,7 @@ def run_server(state: Path, port_file: Path, workers: int) -> None:
     from runbook.backends.base import World
     from runbook.loading.validation import load_playbook_text
     from runbook.actions import load_builtin
-    from runbook.testing import FakeMetrics
+    from runbook.sim.fakes import FakeMetrics
     from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
     from runbook.webhook.settings import Secrets, WebhookConfig
@@ -138,7 +138,7 @@ def main() -> int:
         run_server(Path(args.serve[0]), Path(args.serve[1]), args.workers)
         return 0
     sys.path.insert(0, str(ROOT))
-    from runbook.journal import journal_paths, read_journal
+    from runbook.record.journal import journal_paths, read_journal
 
     total = int(args.rate * args.seconds)
     rng = random.Random(8)

@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 import pydantic
 
 from runbook.errors import InvalidInput
-from runbook.loading.discovery import find_config
+from runbook.files.discovery import find_config
 
 SECTIONS = ("prometheus", "signals", "kubernetes", "nodes", "webhook")
 # Sections that earlier versions accepted and never read: refused, saying where the setting lives.
@@ -78,7 +78,7 @@ class Config:
             self._raise_located(exc, name, model)
 
     def _raise_located(self, exc: pydantic.ValidationError, name: str, model: type[pydantic.BaseModel]) -> NoReturn:
-        from runbook.loading.problems import problems_from_validation_error
+        from runbook.files.problems import problems_from_validation_error
 
         file = str(self.path) if self.path else "<no config file>"
         problems = problems_from_validation_error(exc, file=file, positions=self.positions,
@@ -94,8 +94,8 @@ def load_config(explicit: str | Path | None = None, env: Mapping[str, str] | Non
     path = find_config(explicit, env)
     if path is None:
         return EMPTY
-    from runbook.loading.problems import did_you_mean, problem
-    from runbook.loading.yamlsource import load_yaml, read_yaml_text
+    from runbook.files.problems import did_you_mean, problem
+    from runbook.files.yamlsource import load_yaml, read_yaml_text
 
     try:
         text = read_yaml_text(path)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from runbook import safe_fs
+from runbook.record import safe_fs
 
 KILL_SWITCH_ENV = "RUNBOOK_KILL_SWITCH"
 KILL_SWITCH_FILE = "KILL"

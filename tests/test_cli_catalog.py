@@ -8,7 +8,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from runbook.cli import main
-from runbook.registry import Kind
+from runbook.model.registry import Kind
 from runbook.actions import load_builtin
 
 BROKEN = """\

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from runbook.journal import History, JsonlJournal, counted_events, read_journal
+from runbook.record.journal import History, JsonlJournal, counted_events, read_journal
 from runbook.model import events as ev
 
 AT = dt.datetime(2026, 3, 14, 3, 12, tzinfo=dt.timezone.utc)
@@ -76,7 +76,7 @@ def _damaged_journal(tmp_path, incident: str, damaged: bytes):
 
 def test_a_damaged_line_that_may_be_an_application_is_never_counted_as_none(tmp_path):
     from runbook.errors import BackendError
-    from runbook.journal import DamagedHistory
+    from runbook.record.journal import DamagedHistory
 
     # A line cut short and glued to the next write: the JSON is broken, the change it records is not known.
     path = _damaged_journal(tmp_path, "inc-3", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","incident":"inc-3","run":"r1",'
@@ -91,7 +91,7 @@ def test_a_damaged_line_that_may_be_an_application_is_never_counted_as_none(tmp_
 
 
 def test_a_damaged_application_line_naming_no_target_may_be_anyones(tmp_path):
-    from runbook.journal import DamagedHistory
+    from runbook.record.journal import DamagedHistory
 
     _damaged_journal(tmp_path, "inc-4", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"action.unknown","da')
     for target in ("llm/statefulset/vllm", "llm/deployment/anything"):
@@ -164,7 +164,7 @@ def test_a_confirmation_journaled_before_they_named_their_action_counts_for_any(
 
 
 def test_a_damaged_confirmation_line_refuses_the_count(tmp_path):
-    from runbook.journal import DamagedHistory
+    from runbook.record.journal import DamagedHistory
 
     _damaged_journal(tmp_path, "inc-10", b'{"seq":2,"at":"2026-03-14T03:13:00.000Z","type":"action.confirmed",'
                                          b'"data":{"target":"llm/statefulset/vllm","by')
@@ -173,7 +173,7 @@ def test_a_damaged_confirmation_line_refuses_the_count(tmp_path):
 
 
 def test_the_runs_own_journal_counts_a_confirmation_nothing_settled_too(tmp_path):
-    from runbook.journal import MemoryJournal
+    from runbook.record.journal import MemoryJournal
 
     journal = MemoryJournal("inc-11")
     journal.record(ev.ACTION_CONFIRMED, at=AT, step="s", data={"target": "llm/statefulset/vllm", "action": "k8s.scale"})

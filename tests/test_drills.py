@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from runbook.cli import main
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from tests.conftest import assert_sequence
 

@@ -1,4 +1,4 @@
-"""Tests for runbook.flags: one flag's value changes, and nothing else on the command line does.
+"""Tests for runbook.commandline.flags: one flag's value changes, and nothing else on the command line does.
 Hypothesis properties cover the `=`, separate and `sh -c` forms; examples pin the known cases."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from runbook.errors import InvalidInput
-from runbook.flags import FlagChange, FlagError, clamp_value, find_flag, plan_flag_change
+from runbook.commandline.flags import FlagChange, FlagError, clamp_value, find_flag, plan_flag_change
 from tests.conftest import data_text, reference_text
 
 GKE_MANIFEST = "k8s/vllm-deployment-gke-gemma-3-27b-it-max-model-len-32768.yaml"

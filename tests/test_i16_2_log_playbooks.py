@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.actions import load_builtin
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes, Scripted
 from runbook.engine.runner import Engine
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.sim.scenario import LogEntry, load_scenario
 from runbook.sim.world import build_world

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.actions import load_builtin
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook, run_drill
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import StalePlan
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.sim.scenario import load_scenario
 from runbook.sim.world import build_world

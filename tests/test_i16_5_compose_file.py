@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from runbook.compose_file import ComposeFileError, plan_compose_flag, service_command, sha256
-from runbook.flags import FlagError
+from runbook.commandline.compose_file import ComposeFileError, plan_compose_flag, service_command, sha256
+from runbook.commandline.flags import FlagError
 
 LIST_FORM = """\
 # vLLM on one host (SOP section 6)

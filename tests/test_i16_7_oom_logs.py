@@ -9,14 +9,14 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.actions import load_builtin
 from runbook.cli import main
 from runbook.clock import FakeClock
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.loading import validation
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.sim.scenario import load_scenario
 from runbook.sim.world import build_world

@@ -28,7 +28,7 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                        "runbook.reporting"),
     "runbook.actions": (*NETWORK_AND_UI, *ROOTS, *REAL_BACKENDS, "runbook.engine", "runbook.sim", "runbook.drill",
                         "runbook.triage", "runbook.reporting", "runbook.loading"),
-    # the one safe YAML reader (runbook.loading.yamlsource) reads kubeconfigs too; playbook validation is not theirs
+    # the one safe YAML reader (runbook.files.yamlsource) reads kubeconfigs too; playbook validation is not theirs
     "runbook.backends": (*ROOTS, "runbook.engine", "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage",
                          "runbook.reporting", "runbook.loading.validation", "click", "rich"),
     "runbook.sim": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.drill",
@@ -37,13 +37,13 @@ FORBIDDEN: dict[str, tuple[str, ...]] = {
                         "runbook.drill", "runbook.triage", "runbook.reporting"),
     "runbook.model": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
                       "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
-                      "runbook.parsers", "runbook.journal", "runbook.registry"),
+                      "runbook.parsers", "runbook.record.journal", "runbook.model.registry"),
     "runbook.parsers": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
                         "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
-                        "runbook.journal", "runbook.registry"),
+                        "runbook.record.journal", "runbook.model.registry"),
     "runbook.reporting": (*ROOTS, *REAL_BACKENDS, "click", "rich", "kubernetes", "paramiko", "runbook.engine",
                           "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage"),
-    "runbook.registry": ("runbook.actions", "runbook.engine", *ROOTS),
+    "runbook.model.registry": ("runbook.actions", "runbook.engine", *ROOTS),
     # the launch-flag advisor reads manifests and tables; the CLI hands it a live workload's object
     "runbook.advise": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
                        "runbook.drill", "runbook.triage", "runbook.reporting"),
@@ -184,7 +184,7 @@ def test_no_two_modules_import_each_other_directly_or_in_a_loop():
 
 
 # ValueError on purpose: pydantic turns a validator's ValueError into its ValidationError.
-NOT_IN_THE_TREE = {"runbook.loading.problems.ValidationProblem"}
+NOT_IN_THE_TREE = {"runbook.files.problems.ValidationProblem"}
 
 
 def test_every_exception_runbook_defines_is_in_the_one_tree():

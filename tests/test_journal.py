@@ -11,7 +11,7 @@ import textwrap
 import time
 
 from runbook.clock import utc
-from runbook.journal import JsonlJournal, list_incidents, read_journal
+from runbook.record.journal import JsonlJournal, list_incidents, read_journal
 from runbook.model import events as ev
 
 AT = utc(2026, 3, 14, 3, 12, 7)
@@ -70,11 +70,11 @@ CRASHING_RUN = textwrap.dedent("""
     from runbook.clock import SystemClock
     from runbook.engine.operator import AssumeYes
     from runbook.engine.runner import Engine
-    from runbook.journal import History, JsonlJournal
+    from runbook.record.journal import History, JsonlJournal
     from runbook.loading.validation import load_playbook_text
-    from runbook.locks import MemoryLocks
+    from runbook.record.locks import MemoryLocks
     from runbook.actions import load_builtin
-    from runbook.testing import FakeMetrics
+    from runbook.sim.fakes import FakeMetrics
 
     steps = "".join(f"  - id: q{i}\\n    uses: prom.query\\n    with: {{signal: waiting_requests, by: [pod]}}\\n"
                     for i in range(5000))

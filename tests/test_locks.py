@@ -10,13 +10,13 @@ import pytest
 
 from runbook.engine.operator import AssumeYes
 from runbook.errors import Refused
-from runbook.locks import LocalLocks
+from runbook.record.locks import LocalLocks
 from runbook.model import events as ev
 from tests.engine.helpers import cluster, engine, playbook
 
 HOLDER = textwrap.dedent("""
     import sys, time
-    from runbook.locks import LocalLocks
+    from runbook.record.locks import LocalLocks
     with LocalLocks(sys.argv[1]).hold("llm/statefulset/vllm-server", holder="alice's runbook"):
         print("held", flush=True)
         sys.stdin.readline()

@@ -76,7 +76,7 @@ def test_the_top_level_playbooks_and_templates_are_in_the_wheel(installed):
 
 
 def test_the_wheel_finds_its_own_copies_not_the_checkouts(installed):
-    out = subprocess.run([sys.executable, "-c", "from runbook import bundled; print(bundled.folder('playbooks')); "
+    out = subprocess.run([sys.executable, "-c", "from runbook.files import bundled; print(bundled.folder('playbooks')); "
                           "print(bundled.folder('templates'))"], cwd=installed["cwd"], env=installed["env"],
                          capture_output=True, text=True, check=True)
     site = str(Path(installed["cwd"]) / "site")
@@ -84,7 +84,7 @@ def test_the_wheel_finds_its_own_copies_not_the_checkouts(installed):
 
 
 def test_the_checkout_finds_the_top_level_folders():
-    out = subprocess.run([sys.executable, "-c", "from runbook import bundled; print(bundled.folder('playbooks')); "
+    out = subprocess.run([sys.executable, "-c", "from runbook.files import bundled; print(bundled.folder('playbooks')); "
                           "print(bundled.folder('templates'))"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == [str(ROOT / "playbooks"), str(ROOT / "templates")]

@@ -1,4 +1,4 @@
-"""Tests for runbook.redaction: planted secrets never survive, ordinary text always does.
+"""Tests for runbook.record.redaction: planted secrets never survive, ordinary text always does.
 Hypothesis properties check survival, idempotence and shape; examples pin each secret form."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from runbook.redaction import REDACTED, looks_secret, redact, redact_text
+from runbook.record.redaction import REDACTED, looks_secret, redact, redact_text
 
 ALNUM = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 secrets = st.text(ALNUM, min_size=8, max_size=48)
@@ -266,7 +266,7 @@ def test_other_values_unchanged() -> None:
 
 def test_series_points_hold_only_times_and_numbers_and_pass_through_whole():
     """The run's end journals thousands of chart points: checked once when built, never walked."""
-    from runbook.redaction import SeriesPoints
+    from runbook.record.redaction import SeriesPoints
 
     points = SeriesPoints([("2026-05-04T03:12:07.000Z", 1.5), ["2026-05-04T03:12:37.000Z", 2]])
     assert redact({"series": [{"points": points}]})["series"][0]["points"] is points
@@ -281,8 +281,8 @@ def test_series_points_hold_only_times_and_numbers_and_pass_through_whole():
 def test_series_points_reach_the_journal_file_as_plain_pairs(tmp_path):
     import json
 
-    from runbook.journal import JsonlJournal
-    from runbook.redaction import SeriesPoints
+    from runbook.record.journal import JsonlJournal
+    from runbook.record.redaction import SeriesPoints
     import datetime as dt
 
     journal = JsonlJournal(tmp_path / "i" / "journal.jsonl", incident="i", run="r")

@@ -26,7 +26,7 @@ def test_the_engine_and_actions_import_no_edge_library():
     """DESIGN.md's split: orchestration is pure; only the CLI, the webhook and the backends touch I/O libraries."""
     edge = ["click", "rich", "kubernetes", "paramiko", "httpx", "requests", "starlette", "uvicorn",
             "prometheus_api_client", "matplotlib"]
-    code = ("import sys, runbook.engine.runner, runbook.actions, runbook.journal, runbook.loading.validation\n"
+    code = ("import sys, runbook.engine.runner, runbook.actions, runbook.record.journal, runbook.loading.validation\n"
             f"print(sorted(m for m in {edge!r} if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout

@@ -6,7 +6,7 @@ actions, the actions import the registry and register themselves with its decora
 
 from __future__ import annotations
 
-from runbook.registry import BUILTIN, Registry
+from runbook.model.registry import BUILTIN, Registry
 
 
 def load_builtin() -> Registry:

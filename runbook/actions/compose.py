@@ -13,14 +13,15 @@ from typing import Annotated, Literal
 
 import pydantic
 
-from runbook import compose_commands as commands
-from runbook import compose_file, flags
+from runbook.commandline import compose_commands as commands
+from runbook.commandline import compose_file
+from runbook.commandline import flags
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, Plan, StepContext
 from runbook.errors import CommandFailed, InvalidInput, StalePlan
 from runbook.model.duration import Duration
 from runbook.parsers import procs
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 
 def _service(value: str) -> str:

@@ -13,7 +13,7 @@ import pydantic
 
 from runbook.model.patterns import checked_regex
 from runbook.actions import base
-from runbook.registry import METRIC_SIGNAL
+from runbook.model.registry import METRIC_SIGNAL
 
 _SIGNAL = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]{0,127}$")
 _LABEL = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")

@@ -15,7 +15,7 @@ from runbook.actions import base, fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.errors import BackendError
 from runbook.model.duration import Duration, format_duration
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 
 class VerifyParams(ActionParams):

@@ -13,7 +13,7 @@ import pydantic
 from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.fanout import fan_out
-from runbook.registry import Kind, action
+from runbook.model.registry import Kind, action
 
 _PATH = re.compile(r"^/[A-Za-z0-9._~/-]*$")
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 import pydantic
 
-from runbook import flags as flag_values
+from runbook.commandline import flags as flag_values
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.fanout import fan_out_in_order
@@ -21,7 +21,7 @@ from runbook.backends.base import CommandResult
 from runbook.actions.k8s_pods import PodsParams, pod_row, select_pods
 from runbook.parsers import nvidia_smi, procs, sockets
 from runbook.parsers.errors import ParseError
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 MAX_OUTPUT_CHARS = 16_000
 

@@ -12,14 +12,14 @@ from typing import Literal
 
 import pydantic
 
-from runbook import flags
+from runbook.commandline import flags
 from runbook.actions import base, fields
 from runbook.actions.base import Plan, StepContext
 from runbook.backends import gitops
 from runbook.backends.base import Autoscaler, ContainerSpec
 from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.errors import InvalidInput, RunbookError
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 
 class ScaleParams(ActionParams):

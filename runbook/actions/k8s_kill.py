@@ -15,7 +15,7 @@ from runbook.actions.k8s_pods import PodsParams, select_pods
 from runbook.backends.base import Pod
 from runbook.errors import CommandFailed, InvalidInput, NotFound
 from runbook.parsers.kill_by_identity import Target
-from runbook.registry import Kind, action
+from runbook.model.registry import Kind, action
 
 
 class KillProcessParams(PodsParams):

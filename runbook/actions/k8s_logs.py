@@ -11,14 +11,14 @@ from typing import Literal
 
 import pydantic
 
-from runbook import redaction
+from runbook.record import redaction
 from runbook.actions import base, fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.actions.k8s_pods import PodsParams, workload_selector
 from runbook.backends.base import PodLog
 from runbook.model.duration import Duration, format_duration
 from runbook.parsers import log_matches, vllm_requests
-from runbook.registry import Kind, action
+from runbook.model.registry import Kind, action
 
 MAX_EXCERPT_LINES = 20
 MAX_EXCERPT_CHARS = 300  # per journaled line

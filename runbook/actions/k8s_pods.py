@@ -13,7 +13,7 @@ from runbook.actions import base, fields
 from runbook.actions.base import StepContext
 from runbook.backends.base import Pod
 from runbook.errors import NotFound
-from runbook.registry import ActionParams
+from runbook.model.registry import ActionParams
 
 
 class PodsParams(ActionParams):

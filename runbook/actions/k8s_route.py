@@ -13,7 +13,7 @@ from runbook.actions import base, fields
 from runbook.actions.base import ActionResult, Plan, StepContext
 from runbook.backends.base import TrafficRoute
 from runbook.errors import InvalidInput
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 ROUTE_KINDS = {"service": "service", "svc": "service", "ingress": "ingress", "ing": "ingress",
                "httproute": "httproute"}

@@ -14,7 +14,7 @@ import pydantic
 
 from runbook.actions import base
 from runbook.actions.base import ActionResult, StepContext
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 MAX_BLOCKS = 100_000_000  # far above any GPU's KV blocks: a label past it is not a block count
 MAX_BLOCK_SIZE = 4096

@@ -19,7 +19,7 @@ from runbook.errors import BackendError, CommandFailed
 from runbook.parsers import nvidia_smi, procs
 from runbook.parsers.errors import ParseError
 from runbook.parsers.kill_by_identity import Target
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 QUERY_GPU = ["nvidia-smi", "--query-gpu=index,uuid,memory.used,memory.total,utilization.gpu",
              "--format=csv,noheader,nounits"]

@@ -15,7 +15,7 @@ from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
 from runbook.backends.base import Sample
 from runbook.model.duration import Duration, format_duration
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 
 class QueryParams(ActionParams):

@@ -12,7 +12,7 @@ import pydantic
 
 from runbook.actions import fields
 from runbook.actions.base import ActionResult, StepContext
-from runbook.registry import ActionParams, Kind, action
+from runbook.model.registry import ActionParams, Kind, action
 
 
 class CompareVersionsParams(ActionParams):

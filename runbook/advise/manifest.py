@@ -10,7 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from runbook.errors import InvalidInput
-from runbook.loading.positions import PathTuple, Positions
+from runbook.files.positions import PathTuple, Positions
 
 WORKLOAD_KINDS = ("Deployment", "StatefulSet", "DaemonSet", "Pod")
 _DOCUMENT_START = re.compile(r"^---(?=\s|$)")
@@ -56,7 +56,7 @@ def _documents(text: str) -> Iterator[tuple[int, str]]:
 
 def read_manifest(path: str | os.PathLike[str]) -> list[WorkloadSpec]:
     """Every Deployment, StatefulSet, DaemonSet and Pod of the file, in order; other kinds are passed over."""
-    from runbook.loading.yamlsource import load_yaml, read_yaml_text
+    from runbook.files.yamlsource import load_yaml, read_yaml_text
 
     label = os.fspath(path)
     try:

@@ -45,7 +45,7 @@ class ModelShape:
 
 
 def _bundled(name: str) -> Any:
-    from runbook.loading.yamlsource import load_yaml
+    from runbook.files.yamlsource import load_yaml
 
     text = (importlib.resources.files("runbook.advise") / name).read_text(encoding="utf-8")
     loaded = load_yaml(text, file=f"runbook/advise/{name}", kind="table")

@@ -12,7 +12,7 @@ import click
 from runbook.cli.complete import action_names
 from runbook.cli.output import output_option, print_columns, print_json, stdout_console
 from runbook.errors import ExitCode, InvalidInput
-from runbook.loading import discovery
+from runbook.files import discovery
 
 # `list` and `validate` answer from `loading.listing_cache` when nothing they read has changed; the
 # playbook models, YAML and Jinja2 are imported only to load playbooks afresh (bench/startup.py).
@@ -54,7 +54,7 @@ def summaries(paths: tuple[str, ...]) -> list[dict]:
         return cached
     from runbook.actions import load_builtin
     from runbook.loading import validation
-    from runbook.loading.problems import format_report
+    from runbook.files.problems import format_report
 
     registry = load_builtin()
     found = []
@@ -148,7 +148,7 @@ def actions(name: str | None, output: str) -> None:
     if name is not None:
         spec = registry.get(name)
         if spec is None:
-            from runbook.loading.problems import did_you_mean
+            from runbook.files.problems import did_you_mean
 
             raise InvalidInput(f"no action named {name!r}; {did_you_mean(name, registry.names())}")
         specs = [spec]

@@ -39,7 +39,7 @@ def _scenarios() -> Iterable[str]:
 
 def _incidents() -> Iterable[str]:
     from runbook import settings
-    from runbook.journal import journal_paths
+    from runbook.record.journal import journal_paths
 
     return [path.parent.name for path in journal_paths(settings.checked_state_dir(create=False))]
 

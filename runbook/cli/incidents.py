@@ -20,7 +20,7 @@ from runbook.errors import InvalidInput, RunbookError
 def ran_at(summary) -> dt.datetime | None:
     """When an incident ran, by the wall clock: a drill's events carry the scenario's virtual time,
     so for a drill it is when its journal was last written."""
-    from runbook.journal import DRILL_PREFIX
+    from runbook.record.journal import DRILL_PREFIX
 
     if summary.id.startswith(DRILL_PREFIX) or summary.started is None:
         try:
@@ -50,7 +50,7 @@ def _since(text: str | None) -> dt.datetime | None:
 def incidents(since_text: str | None, limit: int | None, no_drills: bool, output: str) -> None:
     """List incidents, newest first by when they ran: id, playbook, ran (UTC), outcome."""
     from runbook.cli.state import state_directory
-    from runbook.journal import DRILL_PREFIX, list_incidents
+    from runbook.record.journal import DRILL_PREFIX, list_incidents
 
     since = _since(since_text)
     state = state_directory(create=False)
@@ -101,7 +101,7 @@ def rca(incident: str, fmt: str | None, legacy_fmt: str | None, out: str | None,
     text cannot be carried over that way is left as it is unless --force is given.
     """
     from runbook.cli.state import state_directory
-    from runbook.journal import incident_dir, read_journal
+    from runbook.record.journal import incident_dir, read_journal
     from runbook.reporting.rca import render, write_report
 
     # --format and --out are the names of before -o/-f followed kubectl; they still work.
@@ -145,7 +145,7 @@ def _earlier_report(target: Path) -> str | None:
     """The text of the report already at `target`, or None when there is none; never read through a link."""
     import os
 
-    from runbook import safe_fs
+    from runbook.record import safe_fs
 
     try:
         fd = safe_fs.open_private(target, os.O_RDONLY)
@@ -164,7 +164,7 @@ def _earlier_report(target: Path) -> str | None:
 
 def _write(target: Path, text: str, charts) -> Path:
     """The report and its charts (beside it, as `write_report` places them), 0600, never through a link."""
-    from runbook import safe_fs
+    from runbook.record import safe_fs
     from runbook.reporting.rca import CHART_DIR
 
     try:

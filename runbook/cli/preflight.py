@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from runbook.backends.base import World
 from runbook.errors import NotConfigured
 from runbook.model.playbook import Guard, Playbook, Step
-from runbook.registry import Kind, Registry
+from runbook.model.registry import Kind, Registry
 
 # What each backend is called in a message, and the ways to configure it.
 HOW = {

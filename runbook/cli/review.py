@@ -35,7 +35,7 @@ def review(since_text: str, fmt: str, out: str | None, drills_only: bool) -> Non
     """
     from runbook.cli.incidents import _since
     from runbook.cli.state import state_directory
-    from runbook.journal import journal_paths
+    from runbook.record.journal import journal_paths
     from runbook.reporting import review as reviews
     from runbook.reporting.review_facts import from_journal
 
@@ -78,7 +78,7 @@ def review(since_text: str, fmt: str, out: str | None, drills_only: bool) -> Non
 
 
 def _write(target: Path, text: str) -> Path:
-    from runbook import safe_fs
+    from runbook.record import safe_fs
 
     try:
         safe_fs.write_private(safe_fs.private_dir(target.parent) / target.name, text.encode("utf-8"))

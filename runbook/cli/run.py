@@ -15,7 +15,7 @@ import click
 
 from runbook.cli.complete import playbook_names
 from runbook.cli.options import connection_options, safety_options
-from runbook import intake_values
+from runbook.text import intake_values
 from runbook.cli.output import output_option, print_json, progress_console
 from runbook.errors import InvalidInput
 
@@ -59,14 +59,14 @@ def resolve_playbook(name_or_path: str):
         candidates = [d / f"{name_or_path}.yaml" for d in validation.default_paths()]
         path = next((c for c in candidates if c.is_file()), None)  # type: ignore[assignment]
         if path is None:
-            from runbook.loading.problems import did_you_mean
+            from runbook.files.problems import did_you_mean
 
             known = [f.stem for f in validation.discover(validation.default_paths())]
             raise InvalidInput(f"no playbook {name_or_path}: give a file, or a name from `runbook list`; "
                                + did_you_mean(name_or_path, known))
     loaded = validation.load_playbook_file(path, registry)
     if loaded.playbook is None:
-        from runbook.loading.problems import format_report
+        from runbook.files.problems import format_report
 
         raise InvalidInput(format_report(list(loaded.problems), file_label=loaded.file))
     return loaded.playbook

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook import settings
 from runbook.backends.base import World
 from runbook.clock import SystemClock
 from runbook.engine.runner import Engine, RunResult, default_operator_name
-from runbook import shared_state
+from runbook.backends import shared_state
 from runbook.model.alert import Alert
 from runbook.model.playbook import Playbook
 from runbook.actions import load_builtin

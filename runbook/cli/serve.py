@@ -22,7 +22,7 @@ LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 def load_playbooks(paths: tuple[str, ...]):
     from runbook.loading import validation
-    from runbook.loading.problems import format_report
+    from runbook.files.problems import format_report
     from runbook.actions import load_builtin
 
     registry = load_builtin()

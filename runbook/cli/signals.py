@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from runbook.clock import Clock
-from runbook.journal import Journal
+from runbook.record.journal import Journal
 from runbook.model import events as ev
 
 STOPPING = {signal.SIGINT: "SIGINT from the terminal", signal.SIGTERM: "SIGTERM"}

@@ -190,7 +190,7 @@ def _choose(report, playbooks: list, name: str | None):
     if name is not None:
         found = next((p for p in playbooks if p.name == name), None)
         if found is None:
-            from runbook.loading.problems import did_you_mean
+            from runbook.files.problems import did_you_mean
 
             raise InvalidInput(f"no playbook {name!r}; {did_you_mean(name, [p.name for p in playbooks])}")
         return found

@@ -10,7 +10,7 @@ import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook import settings
 from runbook.clock import FakeClock
 from runbook.sim.scenario import Scenario, load_scenario, scenario_names
@@ -19,11 +19,11 @@ from runbook.engine.operator import Operator
 from runbook.engine.runner import Engine, RunResult
 from runbook.errors import InvalidInput
 from runbook.loading import validation
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model.alert import Alert
 from runbook.model.events import Event
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry
+from runbook.model.registry import Registry
 from runbook.actions import load_builtin
 from runbook.reporting import rca
 
@@ -51,7 +51,7 @@ class DrillResult:
 
 def check_scenario_name(name: str) -> None:
     """InvalidInput with "did you mean" for a name that is neither a bundled scenario nor a file."""
-    from runbook.loading.problems import did_you_mean
+    from runbook.files.problems import did_you_mean
 
     if "/" in name or name.endswith((".yaml", ".yml")) or Path(name).is_file():
         return  # a scenario file: its own loader says what is wrong with it

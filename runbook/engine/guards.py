@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 
 from runbook.actions.base import Plan
-from runbook.journal import Application
+from runbook.record.journal import Application
 from runbook.model.duration import format_duration
 from runbook.model.playbook import Guard
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pydantic
 
-from runbook import redaction, templating
+from runbook.record import redaction
+from runbook.text import templating
 from runbook.actions.base import ActionResult, Evidence, Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import Clock
@@ -25,12 +26,12 @@ from runbook.engine import guards, namespaces
 from runbook.engine.operator import Confirmation, ConfirmRequest, Operator
 from runbook.errors import (BackendError, BackendUnavailable, Conflict, InvalidInput, JournalError, NotFound, Refused,
                             RunbookError, StalePlan)
-from runbook.journal import Application, History, Journal
-from runbook.locks import Locks
+from runbook.record.journal import Application, History, Journal
+from runbook.record.locks import Locks
 from runbook.model import events as ev
 from runbook.model.alert import Alert
 from runbook.model.playbook import Guard, Playbook, Step
-from runbook.registry import Kind, Registry
+from runbook.model.registry import Kind, Registry
 
 HISTORY_CONTEXT_SECONDS = 900.0  # at least 15 minutes of context before the alert
 HISTORY_POINTS = 120

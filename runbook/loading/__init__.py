@@ -1,2 +1,2 @@
 """Loading playbooks: safe YAML with positions, and problems reported in the playbook's words.
-See `runbook.loading.yamlsource` (reading) and `runbook.loading.problems` (reporting)."""
+See `runbook.files.yamlsource` (reading) and `runbook.files.problems` (reporting)."""

@@ -19,9 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from runbook import bundled, safe_fs, settings
+from runbook import settings
+from runbook.files import bundled
+from runbook.record import safe_fs
 from runbook.errors import RunbookError
-from runbook.loading import discovery
+from runbook.files import discovery
 
 FORMAT = 1
 KEEP = 16  # cached answers kept (one per set of inputs: other folders, other configs)

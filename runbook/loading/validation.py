@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 import pydantic
 
-from runbook import templating
-from runbook.loading import discovery
-from runbook.loading.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
-from runbook.loading.yamlsource import Positions, load_yaml, read_yaml_text
+from runbook.text import templating
+from runbook.files import discovery
+from runbook.files.problems import Problem, did_you_mean, path_to_str, problem, problems_from_validation_error
+from runbook.files.yamlsource import Positions, load_yaml, read_yaml_text
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry
+from runbook.model.registry import Registry
 
 if TYPE_CHECKING:
     from runbook.signals.catalog import Catalog

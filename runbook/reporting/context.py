@@ -13,7 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from runbook import redaction
+from runbook.record import redaction
 from runbook.model import events as ev
 from runbook.model.duration import format_duration
 from runbook.reporting import condition as alert_condition, impact, improvements as improvement_lists

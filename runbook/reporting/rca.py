@@ -17,9 +17,10 @@ import jinja2
 from jinja2.sandbox import SandboxedEnvironment
 from markupsafe import Markup
 
-from runbook import bundled, safe_fs
+from runbook.files import bundled
+from runbook.record import safe_fs
 from runbook.errors import InvalidInput, RunbookError
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from runbook.reporting import charts as chart_drawing
 from runbook.reporting.context import build_context

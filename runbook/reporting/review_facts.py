@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from runbook.journal import DRILL_PREFIX
+from runbook.record.journal import DRILL_PREFIX
 from runbook.model import events as ev
 
 WANTED = frozenset({ev.ALERT_RECEIVED, ev.RUN_STARTED, ev.ACTION_PLANNED, ev.ACTION_APPLIED, ev.ACTION_UNKNOWN,

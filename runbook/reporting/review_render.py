@@ -128,7 +128,7 @@ def html(review: Mapping[str, Any]) -> str:
     """One HTML file that opens offline: the review's tables and its charts inline."""
     import jinja2
 
-    from runbook import bundled
+    from runbook.files import bundled
 
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(bundled.folder("templates"))),
                              undefined=jinja2.StrictUndefined, autoescape=True, trim_blocks=True, lstrip_blocks=True)

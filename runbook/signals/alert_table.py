@@ -115,8 +115,8 @@ def table_path() -> Path:
 
 def load_alert_table(path: Path | None = None) -> list[AlertRow]:
     """The rows of the table (the bundled one by default); InvalidInput listing every problem, located."""
-    from runbook.loading.problems import problems_from_validation_error
-    from runbook.loading.yamlsource import load_yaml, read_yaml_text
+    from runbook.files.problems import problems_from_validation_error
+    from runbook.files.yamlsource import load_yaml, read_yaml_text
 
     path = path or table_path()
     label = "<bundled>/signals/" + TABLE_FILE if path == table_path() else str(path)

@@ -287,7 +287,7 @@ class Catalog:
     def get(self, name: str) -> Signal:
         signal = self.signals.get(name)
         if signal is None:
-            from runbook.loading.problems import did_you_mean
+            from runbook.files.problems import did_you_mean
 
             raise InvalidInput(f"unknown signal {name!r} in profile {self.profile}; "
                                f"{did_you_mean(name, self.names())} (see `runbook signals`)")
@@ -372,8 +372,8 @@ def _profile_path(name: str, relative_to: Path | None = None) -> Path:
 
 
 def _read_profile(path: Path) -> tuple[Profile, Any, str]:
-    from runbook.loading.problems import problems_from_validation_error
-    from runbook.loading.yamlsource import load_yaml, read_yaml_text
+    from runbook.files.problems import problems_from_validation_error
+    from runbook.files.yamlsource import load_yaml, read_yaml_text
 
     label = _label(path)
     try:
@@ -442,7 +442,7 @@ def load_profile(name: str) -> tuple[str, dict[str, Param], dict[str, tuple[Sign
 
 def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
     """The catalog in effect: the profile (flag > config > default), params and overrides."""
-    from runbook.loading.problems import did_you_mean, problem, suggest
+    from runbook.files.problems import did_you_mean, problem, suggest
 
     section = config.section_model("signals", SignalsSection) if config is not None else SignalsSection()
     config_source = _Source(str(config.path) if config is not None and config.path else "<no config file>",

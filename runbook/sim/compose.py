@@ -1,7 +1,7 @@
 """A Docker Compose project on a simulated host (a scenario node's `compose:`): what `docker compose ps`,
 `docker top`, `docker logs`, `curl` to the port, `cat` and the compose actions' file scripts answer there.
 
-Exact argv lists, as `runbook.compose_commands` builds them. A restart, or an `up -d` after the file's
+Exact argv lists, as `runbook.commandline.compose_commands` builds them. A restart, or an `up -d` after the file's
 command changed, starts a fresh vLLM process that answers /health `restart_seconds` later.
 """
 
@@ -13,20 +13,34 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Literal
+from typing import Any, Annotated, Literal, Protocol
 
 import pydantic
 
-from runbook import compose_commands as cc
-from runbook import compose_file
+from runbook.commandline import compose_commands as cc
+from runbook.commandline import compose_file
 from runbook.backends.base import CommandResult
 from runbook.errors import InvalidInput
 from runbook.model.duration import parse_duration
 from runbook.sim import formats as fmt
 
-if TYPE_CHECKING:
-    from runbook.sim.state import WorldState
 
+class WorldState(Protocol):
+    """What a Compose host needs of the simulated world's state (runbook.sim.state.WorldState), named
+    here so that this module, which the scenario model reads, does not import the state back."""
+
+    scenario: Any
+    compose: dict[str, "Runtime"]
+
+    def at(self, offset: float) -> dt.datetime: ...
+
+    def now(self) -> dt.datetime: ...
+
+    def wait(self, seconds: float) -> None: ...
+
+    def record(self, op: str, **data: Any) -> dict[str, Any]: ...
+
+    def fire(self, kind: str, **event: Any) -> None: ...
 
 
 def _offset(value: object) -> float:

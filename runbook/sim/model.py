@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Sequence, Set as AbstractSet
 
 from runbook.backends.base import ContainerSpec, ContainerStatus, EnvVar, Pod, Workload
-from runbook.flags import canonical_flag
+from runbook.commandline.flags import canonical_flag
 from runbook.sim.scenario import EnvEntry, LogEntry, Workload as WorkloadSpec
 
 UID_NAMESPACE = uuid.UUID("6f1c1e0a-4d0b-4b8e-9a51-2f0a7c1d9e11")

@@ -790,7 +790,7 @@ def scenario_names() -> list[str]:
 
 def parse_scenario(text: str, source: str) -> Scenario:
     """A scenario from YAML text; `source` names it in errors."""
-    from runbook.loading.yamlsource import load_yaml
+    from runbook.files.yamlsource import load_yaml
 
     # YAML 1.2 booleans: only true/false (YAML 1.1 would read the key `on:` of a reaction as True).
     doc = load_yaml(text, file=source, kind="scenario", only_true_false=True)
@@ -818,7 +818,7 @@ def load_scenario(name_or_path: str | Path) -> Scenario:
     text_name = str(name_or_path)
     path = Path(name_or_path)
     if isinstance(name_or_path, Path) or "/" in text_name or text_name.endswith((".yaml", ".yml")) or path.is_file():
-        from runbook.loading.yamlsource import read_yaml_text
+        from runbook.files.yamlsource import read_yaml_text
 
         try:
             text = read_yaml_text(path)

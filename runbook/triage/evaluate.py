@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runbook.backends.base import Metrics, Series
-from runbook import templating
+from runbook.text import templating
 from runbook.errors import BackendUnavailable, ExitCode, RunbookError
 from runbook.model.playbook import Detect, Playbook
 from runbook.triage.sources import missing_sources, no_source_reason

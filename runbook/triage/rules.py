@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from runbook import templating
+from runbook.text import templating
 from runbook.errors import InvalidInput
 from runbook.model.playbook import Playbook
 from runbook.signals import promql

@@ -25,7 +25,7 @@ def max_num_seqs(cluster: Any, namespace: str, ref: str) -> int:
     """The `--max-num-seqs` the workload's containers are started with. Refused (InvalidInput) when no
     container sets it (vLLM's default depends on the GPU and version), when two disagree, or when it
     is not a positive whole number."""
-    from runbook.flags import find_flag
+    from runbook.commandline.flags import find_flag
 
     kind, name = parse_workload(ref)
     workload = cluster.get_workload(namespace, kind, name)

@@ -18,7 +18,7 @@ from collections.abc import Collection, Hashable
 from pathlib import Path
 from typing import Any
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.clock import Clock
 from runbook.backends.coordination import Claim, Coordination
 from runbook.errors import Busy, ClaimedElsewhere, JournalError

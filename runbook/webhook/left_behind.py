@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.errors import JournalError
 from runbook.model import events as ev
 from runbook.webhook.recovery import IN_DOUBT

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.clock import Clock
 from runbook.engine.runner import RunResult
 from runbook.errors import BackendError, BackendUnavailable, NotConfigured
 from runbook.model import events as ev
-from runbook.redaction import redact_text
+from runbook.record.redaction import redact_text
 from runbook.webhook import left_behind, records
 from runbook.webhook.settings import PAGERDUTY_API_TOKEN_ENV, PagerDutyNotes, Secrets
 from runbook.webhook.store import IncidentRow, Store

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from runbook.engine.operator import Confirmation, ConfirmRequest
 from runbook.engine.runner import Proposed
 from runbook.model.playbook import Guard, Playbook
-from runbook.registry import Kind, Registry
+from runbook.model.registry import Kind, Registry
 from runbook.webhook.settings import Policy
 
 POLICY = "webhook policy"

@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Any
 
-from runbook.journal import JsonlJournal
+from runbook.record.journal import JsonlJournal
 from runbook.model import events as ev
 
 WEBHOOK_RUN = "webhook"  # the run id of events that belong to no playbook run

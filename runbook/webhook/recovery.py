@@ -12,13 +12,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.clock import Clock
 from runbook.errors import BackendError
 from runbook.model import events as ev
 from runbook.model.events import Event
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry
+from runbook.model.registry import Registry
 from runbook.webhook import records
 from runbook.webhook.store import IncidentRow
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from runbook import intake_values
+from runbook.text import intake_values
 from runbook.engine import namespaces
 from runbook.errors import InvalidInput, Refused
 from runbook.model.playbook import Playbook

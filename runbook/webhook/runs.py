@@ -13,8 +13,8 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Any
 
-from runbook import journal as journals
-from runbook import shared_state
+from runbook.record import journal as journals
+from runbook.backends import shared_state
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine.runner import ACTION_PROPOSED, Engine, RunResult
@@ -22,7 +22,7 @@ from runbook.errors import Refused, RunbookError
 from runbook.model.alert import Alert
 from runbook.model.events import parse_iso
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry
+from runbook.model.registry import Registry
 from runbook.webhook import recovery
 from runbook.webhook.metrics import Metrics
 from runbook.webhook.policy import ApprovalOperator, PolicyOperator, always_ask, remediation_steps

@@ -16,12 +16,13 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from runbook import safe_fs, settings
+from runbook import settings
+from runbook.record import safe_fs
 from runbook.backends.base import World
 from runbook.clock import Clock, SystemClock
 from runbook.errors import JournalError
 from runbook.model.playbook import Playbook
-from runbook.registry import Registry
+from runbook.model.registry import Registry
 from runbook.actions import load_builtin
 from runbook.webhook import pagerduty_notes, records
 from runbook.backends.coordination import Coordination

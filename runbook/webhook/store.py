@@ -21,9 +21,9 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from runbook import safe_fs
+from runbook.record import safe_fs
 from runbook.errors import JournalError
-from runbook.redaction import redact, redact_text
+from runbook.record.redaction import redact, redact_text
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS seen (key TEXT PRIMARY KEY, source TEXT NOT NULL, incident TEXT, at REAL NOT NULL);

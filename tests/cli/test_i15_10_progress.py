@@ -11,7 +11,7 @@ from rich.console import Console
 from runbook.cli.live import LiveView, progress_line
 from runbook.model import events as ev
 from runbook.model.events import Event
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.cli.helpers import runbook
 from tests.engine.helpers import engine, playbook
 

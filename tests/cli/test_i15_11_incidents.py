@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from runbook import safe_fs
-from runbook.journal import JsonlJournal
+from runbook.record import safe_fs
+from runbook.record.journal import JsonlJournal
 from runbook.model import events as ev
 from tests.cli.helpers import runbook
 

@@ -127,7 +127,7 @@ def test_item12_completion_scripts_for_the_usual_shells():
 
 
 def test_item12_a_refused_value_is_shown_with_its_own_backslashes_not_doubled():
-    from runbook.intake_values import shown
+    from runbook.text.intake_values import shown
 
     assert shown("llm\n\x1b[31m") == "'llm\\n\\x1b[31m'"  # control characters escaped, once
     assert shown("vllm\\.entrypoints") == "'vllm\\.entrypoints'"  # a backslash typed is shown as typed

@@ -16,7 +16,7 @@ from rich.console import Console
 
 from runbook.cli.prompt import TerminalOperator
 from runbook.engine.operator import ConfirmRequest, Scripted
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from tests.engine.helpers import engine, playbook
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import yaml
 
-from runbook import journal as journals
-from runbook import settings, shared_state
+from runbook.record import journal as journals
+from runbook import settings
+from runbook.backends import shared_state
 from runbook.actions import load_builtin
 from runbook.cli.connect import Connection, close_world, real_world
 from runbook.clock import Clock, FakeClock, SystemClock

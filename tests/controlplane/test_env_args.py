@@ -13,10 +13,10 @@ from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import InvalidInput, StalePlan
-from runbook.journal import History, MemoryJournal
+from runbook.record.journal import History, MemoryJournal
 from runbook.loading.validation import load_playbook_text
-from runbook.locks import MemoryLocks
-from runbook.testing import FakeMetrics
+from runbook.record.locks import MemoryLocks
+from runbook.sim.fakes import FakeMetrics
 from tests.controlplane import objects
 from tests.controlplane.identity import runbook_user
 

@@ -23,10 +23,10 @@ from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import BackendError, BackendUnavailable, Refused
-from runbook.history import SharedHistory
-from runbook.journal import Application, History, JsonlJournal
-from runbook.shared_state import history_for
-from runbook.testing import FakeMetrics
+from runbook.record.history import SharedHistory
+from runbook.record.journal import Application, History, JsonlJournal
+from runbook.backends.shared_state import history_for
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.controlplane import objects
 from tests.controlplane.identity import connect, runbook_kubeconfig, runbook_user

@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from tests.controlplane import drills, objects
 
 # Seconds from writing the data to the OOM failures stopping: after the run's remediations, before its verification.

@@ -12,7 +12,7 @@ import datetime as dt
 
 import yaml
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.model import events as ev
 from tests.controlplane import drills, objects
 from tests.webhook import replicas as serving

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 from runbook.actions import load_builtin
 from runbook.cli import main
 from runbook.drill.run import bundled_playbook
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from runbook.sim.scenario import load_scenario, scenario_names
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.engine.helpers import engine
 
 

@@ -16,7 +16,7 @@ from runbook.actions import load_builtin
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook
 from runbook.engine.operator import AssumeYes
-from runbook.journal import MemoryJournal
+from runbook.record.journal import MemoryJournal
 from runbook.model import events as ev
 from runbook.sim.scenario import load_scenario, parse_scenario
 from runbook.sim.world import build_world

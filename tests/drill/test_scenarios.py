@@ -10,7 +10,8 @@ import textwrap
 
 import pytest
 
-from runbook import bundled, compose_commands
+from runbook.files import bundled
+from runbook.commandline import compose_commands
 from runbook.clock import FakeClock
 from runbook.errors import BackendUnavailable, InvalidInput
 from runbook.sim.scenario import Scenario, list_scenarios, load_scenario, parse_scenario, scenario_names

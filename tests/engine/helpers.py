@@ -7,11 +7,11 @@ from pathlib import Path
 from runbook.backends.base import ContainerSpec, NodeInfo, World
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
-from runbook.journal import History, JsonlJournal, MemoryJournal
+from runbook.record.journal import History, JsonlJournal, MemoryJournal
 from runbook.loading.validation import load_playbook_text
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.actions import load_builtin
-from runbook.testing import FakeCluster, FakeMetrics, FakeWorkload
+from runbook.sim.fakes import FakeCluster, FakeMetrics, FakeWorkload
 
 ARGS = ("--model=meta-llama/Meta-Llama-3-8B-Instruct", "--max-model-len=7372", "--port=8000")
 

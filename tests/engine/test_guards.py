@@ -7,7 +7,7 @@ import datetime as dt
 from runbook.actions.base import Plan
 from runbook.clock import utc
 from runbook.engine import guards
-from runbook.journal import Application
+from runbook.record.journal import Application
 from runbook.model.playbook import Guard
 
 NOW = utc(2026, 3, 14, 3, 12, 7)

@@ -11,7 +11,7 @@ from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.sim.scenario import Scenario
 from runbook.sim.world import build_world
-from runbook.testing import FakeCluster, FakeMetrics, FakeWorkload
+from runbook.sim.fakes import FakeCluster, FakeMetrics, FakeWorkload
 from tests.engine.helpers import engine, playbook
 
 LOWER = """

@@ -8,9 +8,9 @@ import itertools
 import pytest
 
 from runbook.engine.operator import NoTerminal, Scripted
-from runbook.journal import History
+from runbook.record.journal import History
 from runbook.model import events as ev
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine import helpers
 from tests.engine.helpers import cluster, engine, playbook

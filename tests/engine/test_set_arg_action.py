@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from runbook.backends.base import ContainerSpec
 from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
-from runbook.testing import FakeCluster, FakeMetrics, FakeWorkload
+from runbook.sim.fakes import FakeCluster, FakeMetrics, FakeWorkload
 from tests.engine.helpers import engine, playbook
 
 SET_ARG = """

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook import templating
+from runbook.text import templating
 from runbook.errors import TemplateError
 
 CONTEXT = {"params": {"namespace": "llm", "n": 3}, "steps": {"pods": {"result": {"not_ready": ["a", "b"]}}},
@@ -53,7 +53,7 @@ def test_references_are_found_for_validation():
 import concurrent.futures  # noqa: E402
 import tracemalloc  # noqa: E402
 
-from runbook import template_limits  # noqa: E402
+from runbook.text import template_limits# noqa: E402
 
 
 def _peak_bytes_of_refused(text: str) -> int:

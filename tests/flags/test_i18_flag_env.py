@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from runbook.backends.base import EnvVar
-from runbook.flags import FlagError, find_flag, plan_flag_change
+from runbook.commandline.flags import FlagError, find_flag, plan_flag_change
 
 MML = "--max-model-len"
 # KServe's LLMInferenceService template: the main container's script expands the env var unquoted.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook.flags import FlagError, find_flag, plan_flag_change
+from runbook.commandline.flags import FlagError, find_flag, plan_flag_change
 
 VLLM = ("vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct")
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from runbook.journal import incident_dir, read_journal
+from runbook.record.journal import incident_dir, read_journal
 from runbook.model import events as ev
 from runbook.webhook.intake import incident_id
 from runbook.webhook.settings import WebhookConfig

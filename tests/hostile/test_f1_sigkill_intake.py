@@ -15,7 +15,7 @@ import threading
 import time
 from pathlib import Path
 
-from runbook.journal import incident_dir, read_journal
+from runbook.record.journal import incident_dir, read_journal
 from runbook.model import events as ev
 from tests.hostile.test_f1_atomic_intake import (TINY_PLAYBOOK, am_alert, am_group, am_headers, expected_incident,
                                                  journal_dirs)
@@ -91,7 +91,7 @@ def test_f1_sigkill_mid_burst_then_a_resend_journals_every_alert_exactly_once(tm
 def main() -> None:
     from runbook.backends.base import World
     from runbook.clock import FakeClock
-    from runbook.testing import FakeMetrics
+    from runbook.sim.fakes import FakeMetrics
     from runbook.webhook.service import Service
     from runbook.webhook.settings import WebhookConfig
     from tests.engine.helpers import cluster as fake_cluster

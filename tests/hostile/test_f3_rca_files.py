@@ -13,7 +13,7 @@ import stat
 import pytest
 
 from runbook.errors import RunbookError
-from runbook.journal import JsonlJournal
+from runbook.record.journal import JsonlJournal
 from runbook.model import events as ev
 from runbook.reporting.rca import write_report
 

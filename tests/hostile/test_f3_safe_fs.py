@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runbook import safe_fs
+from runbook.record import safe_fs
 from runbook.errors import ExitCode, UnsafeStateDir
 
 AS_ROOT = os.geteuid() == 0

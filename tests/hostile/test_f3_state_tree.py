@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook import settings
 from runbook.cli import main
 from runbook.clock import utc
 from runbook.errors import JournalError, Refused
-from runbook.locks import LocalLocks
+from runbook.record.locks import LocalLocks
 
 TARGET = "llm/statefulset/vllm-server"
 PRECIOUS = b"root:x:0:0:root:/root:/bin/bash\n" * 10

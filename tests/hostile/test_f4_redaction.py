@@ -8,9 +8,9 @@ import json
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from runbook.loading.problems import problems_from_validation_error
-from runbook.loading.yamlsource import load_yaml
-from runbook.redaction import REDACTED, looks_secret, redact, redact_text
+from runbook.files.problems import problems_from_validation_error
+from runbook.files.yamlsource import load_yaml
+from runbook.record.redaction import REDACTED, looks_secret, redact, redact_text
 
 SECRET = "Zq7xW2pL9kR4tY6u"  # one planted value: wherever it survives, redaction failed
 

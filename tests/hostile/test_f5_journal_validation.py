@@ -11,7 +11,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook import settings
 from runbook.cli import main
 from runbook.clock import utc

@@ -12,7 +12,7 @@ from runbook.backends.kubernetes.connect import connect
 from runbook.config import EMPTY, load_config
 from runbook.sim.scenario import load_scenario, parse_scenario
 from runbook.errors import InvalidInput
-from runbook.loading import yamlsource
+from runbook.files import yamlsource
 from runbook.loading.validation import load_playbook_file
 from runbook.actions import load_builtin
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.model import events as ev
 
 TARGET = "llm/statefulset/vllm-server"
@@ -54,7 +54,7 @@ def test_f6_reopening_a_journal_fsyncs_no_folder(tmp_path, fsynced):
 SHORT_WRITE = textwrap.dedent("""
     import os, resource, signal, sys
     from pathlib import Path
-    from runbook import journal as journals
+    from runbook.record import journal as journals
     from runbook.clock import utc
     from runbook.errors import JournalError
 

@@ -16,11 +16,11 @@ from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import BackendUnavailable
-from runbook.journal import Application, History, JsonlJournal
+from runbook.record.journal import Application, History, JsonlJournal
 from runbook.backends.kubernetes.leases import LeaseLocks
-from runbook.shared_state import history_for
+from runbook.backends.shared_state import history_for
 from runbook.actions import load_builtin
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import playbook
 from tests.safety import books

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 
 from runbook.backends.kubernetes.ledger import AppliedLedger
-from runbook.journal import Application
+from runbook.record.journal import Application
 from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
 from tests.kubernetes import world
 from tests.kubernetes.apiserver.kubelet import ExecAnswer

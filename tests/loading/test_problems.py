@@ -1,4 +1,4 @@
-"""Tests for runbook.loading.problems: the Problem record, its text and JSON forms, and how
+"""Tests for runbook.files.problems: the Problem record, its text and JSON forms, and how
 pydantic errors become located problems in the playbook's own words."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Annotated, Literal, Union
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from runbook.loading.problems import (
+from runbook.files.problems import (
     CODES,
     Problem,
     ValidationProblem,
@@ -20,7 +20,7 @@ from runbook.loading.problems import (
     render_value,
     suggest,
 )
-from runbook.loading.yamlsource import Position, load_yaml
+from runbook.files.yamlsource import Position, load_yaml
 
 # --- the record ---------------------------------------------------------------------------------
 

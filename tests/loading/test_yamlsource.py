@@ -1,4 +1,4 @@
-"""Tests for runbook.loading.yamlsource: safe loading, exact positions, and YAML-level problems.
+"""Tests for runbook.files.yamlsource: safe loading, exact positions, and YAML-level problems.
 The property test pins the contract that loading matches yaml.safe_load on ordinary data."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runbook.errors import InvalidInput
-from runbook.loading.yamlsource import (
+from runbook.files.yamlsource import (
     MAX_NODES,
     LoadedDocument,
     Position,

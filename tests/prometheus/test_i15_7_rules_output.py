@@ -31,7 +31,7 @@ def test_item7_dash_f_is_the_destination(tmp_path):
     assert result.exit_code == 0, result.output
     count = sum(len(g["rules"]) for g in yaml.safe_load(target.read_text())["groups"])
     assert result.stdout == "" and f"wrote {count} rule(s) to {target}" in result.stderr
-    from runbook.loading.discovery import bundled_dir
+    from runbook.files.discovery import bundled_dir
 
     detected = [f for f in bundled_dir().glob("*.yaml") if "\ndetect:" in f.read_text()]
     assert len(yaml.safe_load(target.read_text())["groups"][0]["rules"]) == len(detected)  # one per playbook's detect

@@ -15,11 +15,11 @@ from runbook.backends.base import World
 from runbook.backends.prometheus.client import PrometheusMetrics
 from runbook.cli import main
 from runbook.signals.catalog import build_catalog
-from runbook.testing import FakeCluster
+from runbook.sim.fakes import FakeCluster
 from tests.engine.helpers import cluster
 from tests.prometheus.data import SCENARIOS
 from tests.prometheus.servers import CountingProxy, Erring, Hanging, StoppingProxy
-from runbook.loading.discovery import bundled_dir
+from runbook.files.discovery import bundled_dir
 
 # The SOP's four first playbooks, named: tests of how triage fails count them (the bundle grows).
 SOP_FOUR = [str(bundled_dir() / f"{name}.yaml") for name in ("lingering-cuda-context", "oom-surge", "waiting-queue",

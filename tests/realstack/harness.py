@@ -15,9 +15,9 @@ from typing import Any
 
 import yaml
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook import settings
-from runbook import shared_state
+from runbook.backends import shared_state
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.cli.connect import Connection, close_world, real_world

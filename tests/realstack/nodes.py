@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from runbook import compose_commands
+from runbook.commandline import compose_commands
 from runbook.sim import commands as sim_commands
 from runbook.errors import RunbookError
 from tests.ssh import server as sshd_server

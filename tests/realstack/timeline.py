@@ -12,7 +12,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.sim.world import SimulatedWorld
 from runbook.clock import FakeClock
 from runbook.drill.run import bundled_playbook, run_drill
@@ -20,7 +20,7 @@ from runbook.sim.scenario import Scenario, load_scenario
 from runbook.sim.world import build_world
 from runbook.engine.operator import Operator
 from runbook.engine.runner import Engine, RunResult
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model.alert import Alert
 from runbook.model.events import Event
 from runbook.actions import load_builtin

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 
-from runbook.journal import MemoryJournal
+from runbook.record.journal import MemoryJournal
 from runbook.model import events as ev
 from runbook.reporting.context import build_context
 

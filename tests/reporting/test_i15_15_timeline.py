@@ -11,7 +11,7 @@ import pytest
 
 from runbook.drill.run import run_drill
 from runbook.engine.operator import AssumeYes
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from runbook.reporting.context import build_context
 from runbook.reporting.rca import render

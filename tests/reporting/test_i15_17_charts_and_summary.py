@@ -14,7 +14,7 @@ import pytest
 
 from runbook.drill.run import run_drill
 from runbook.engine.operator import AssumeYes
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from runbook.reporting import charts
 from runbook.reporting.context import build_context

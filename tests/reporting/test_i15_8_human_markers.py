@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.reporting.rca import render
 
 FIXTURE = Path(__file__).parent / "fixtures" / "oom-surge.jsonl"

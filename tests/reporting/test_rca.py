@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from runbook.cli import main
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from runbook.reporting import charts as chart_drawing
 from runbook.reporting.context import build_context

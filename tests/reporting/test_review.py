@@ -16,7 +16,7 @@ import time
 import pytest
 from click.testing import CliRunner
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.actions import load_builtin
 from runbook.cli import main
 from runbook.clock import FakeClock
@@ -24,7 +24,7 @@ from runbook.drill.run import bundled_playbook, run_drill
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
 from runbook.errors import BackendError
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model.alert import Alert
 from runbook.reporting.review_facts import from_journal
 from runbook.sim.scenario import load_scenario, parse_scenario

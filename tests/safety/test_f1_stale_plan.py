@@ -11,9 +11,9 @@ import dataclasses
 from runbook.backends.base import ContainerSpec
 from runbook.engine.operator import Confirmation, Scripted
 from runbook.errors import StalePlan
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import ARGS, cluster, engine, playbook
 from tests.safety.books import SCALE, SET_ARG

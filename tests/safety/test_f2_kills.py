@@ -22,9 +22,9 @@ from runbook.sim.scenario import load_scenario
 from runbook.sim.world import build_world
 from runbook.engine.operator import AssumeYes, ConfirmRequest, Confirmation
 from runbook.engine.runner import Engine
-from runbook.journal import History, MemoryJournal
+from runbook.record.journal import History, MemoryJournal
 from runbook.loading.validation import load_playbook_text
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.model.alert import Alert
 from runbook.parsers import kill_by_identity, procs

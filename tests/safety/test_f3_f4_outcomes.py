@@ -15,12 +15,12 @@ from runbook.actions.k8s_kill import KillProcessParams
 from runbook.actions.node import KillPidsParams
 from runbook.backends.prometheus.client import PrometheusMetrics
 from runbook.errors import BackendError
-from runbook.journal import History
+from runbook.record.journal import History
 from runbook.loading.validation import load_playbook_text
 from runbook.model import events as ev
-from runbook.registry import ActionParams, Kind, Registry, action
+from runbook.model.registry import ActionParams, Kind, Registry, action
 from runbook.actions import load_builtin
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import cluster, engine, playbook
 from tests.safety.books import SET_ARG

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from runbook import intake_values
+from runbook.text import intake_values
 from runbook.errors import InvalidInput
 from runbook.webhook import alertmanager
 from runbook.webhook.routing import Router

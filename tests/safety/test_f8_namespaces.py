@@ -11,9 +11,9 @@ from runbook.clock import FakeClock
 from runbook.config import Config
 from runbook.engine.namespaces import allowed_namespaces, check_namespace
 from runbook.errors import Refused
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
-from runbook.testing import ContainerSpec, FakeCluster, FakeMetrics, FakeWorkload
+from runbook.sim.fakes import ContainerSpec, FakeCluster, FakeMetrics, FakeWorkload
 from runbook.webhook import alertmanager
 from runbook.webhook.routing import Router
 from runbook.webhook.service import Service

@@ -23,7 +23,7 @@ from runbook.cli.output import stderr_console
 from runbook.cli.signals import HANGUP_NOTE, RunSignals, run_signals
 from runbook.drill.run import run_drill
 from runbook.engine.operator import AssumeYes, Confirmation, ConfirmRequest
-from runbook.journal import read_journal
+from runbook.record.journal import read_journal
 from runbook.model import events as ev
 from tests.conftest import assert_sequence, event_types
 
@@ -196,7 +196,7 @@ def test_f9_a_second_sigint_raises_and_the_handlers_are_restored_after_the_run()
 
 def test_f9_notes_are_journaled_when_the_engine_asks_not_inside_the_handler():
     from runbook.clock import FakeClock, utc
-    from runbook.journal import MemoryJournal
+    from runbook.record.journal import MemoryJournal
 
     journal, caught = MemoryJournal(), RunSignals()
     check = caught.journaled(journal, FakeClock(utc(2026, 3, 14, 3, 12, 7)))

@@ -16,7 +16,7 @@ import textwrap
 from pathlib import Path
 
 from runbook.clock import FakeClock
-from runbook.journal import History, read_journal
+from runbook.record.journal import History, read_journal
 from runbook.model import events as ev
 from tests.conftest import assert_sequence
 from tests.engine.helpers import engine, playbook

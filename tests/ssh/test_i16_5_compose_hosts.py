@@ -21,11 +21,11 @@ from runbook.backends.base import World
 from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
-from runbook.journal import History, MemoryJournal
+from runbook.record.journal import History, MemoryJournal
 from runbook.loading import validation
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 
 OLD_ID = "3f4a9c0d1e2b" + "0" * 52

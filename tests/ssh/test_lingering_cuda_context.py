@@ -16,12 +16,12 @@ from runbook.backends.ssh.nodes import SshNodes
 from runbook.clock import FakeClock, utc
 from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine
-from runbook.journal import History, MemoryJournal
+from runbook.record.journal import History, MemoryJournal
 from runbook.loading import validation
-from runbook.locks import MemoryLocks
+from runbook.record.locks import MemoryLocks
 from runbook.model import events as ev
 from runbook.actions import load_builtin
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import cluster
 from tests.ssh import gpu_world

@@ -24,7 +24,7 @@ from runbook.backends.base import World
 from runbook.clock import FakeClock
 from runbook.loading.validation import load_playbook_text
 from runbook.actions import load_builtin
-from runbook.testing import FakeCluster, FakeMetrics
+from runbook.sim.fakes import FakeCluster, FakeMetrics
 from runbook.webhook import pagerduty
 from runbook.webhook.settings import OperatorToken, Secrets, WebhookConfig
 from tests.engine.helpers import cluster as fake_cluster
@@ -183,7 +183,7 @@ def am_headers(token: str = AM_TOKEN) -> dict[str, str]:
 
 
 def journal(state: Path, incident: str):
-    from runbook.journal import incident_dir, read_journal
+    from runbook.record.journal import incident_dir, read_journal
 
     return read_journal(incident_dir(state, incident) / "journal.jsonl").events
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from runbook.backends.base import World
 from runbook.clock import FakeClock
-from runbook.testing import FakeCluster, FakeMetrics
+from runbook.sim.fakes import FakeCluster, FakeMetrics
 from runbook.webhook.settings import Policy, WebhookConfig
 from tests.engine.helpers import cluster as fake_cluster
 from tests.webhook.helpers import playbook, secrets, serve_on_loopback

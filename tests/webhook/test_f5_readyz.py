@@ -14,7 +14,7 @@ import pytest
 from runbook.backends.base import CommandResult, World
 from runbook.clock import FakeClock
 from runbook.errors import BackendUnavailable
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from runbook.webhook.settings import WebhookConfig
 from tests.engine.helpers import cluster as fake_cluster
 from tests.webhook.helpers import am_group, am_headers, playbook, request, serve

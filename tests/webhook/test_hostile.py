@@ -12,7 +12,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runbook.journal import list_incidents
+from runbook.record.journal import list_incidents
 from runbook.model import events as ev
 from tests.engine.helpers import cluster as fake_cluster
 from tests.webhook.helpers import am_group, am_headers, journal, oom_world, pd_event, pd_headers, request, serve

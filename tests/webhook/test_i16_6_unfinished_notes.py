@@ -12,10 +12,10 @@ import datetime as dt
 
 import pytest
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.backends.base import World
 from runbook.model import events as ev
-from runbook.testing import FakeMetrics
+from runbook.sim.fakes import FakeMetrics
 from runbook.webhook import left_behind
 from runbook.webhook.settings import PAGERDUTY_API_TOKEN_ENV, Policy, WebhookConfig
 from runbook.webhook.store import Store

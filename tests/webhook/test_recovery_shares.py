@@ -10,12 +10,12 @@ import dataclasses
 import datetime as dt
 from pathlib import Path
 
-from runbook import journal as journals
+from runbook.record import journal as journals
 from runbook.actions import load_builtin
 from runbook.clock import FakeClock
 from runbook.errors import BackendUnavailable
-from runbook.history import SharedHistory
-from runbook.journal import Application
+from runbook.record.history import SharedHistory
+from runbook.record.journal import Application
 from runbook.model import events as ev
 from runbook.webhook.recovery import recover
 from runbook.webhook.store import IncidentRow

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runbook.journal import list_incidents
+from runbook.record.journal import list_incidents
 from runbook.model import events as ev
 from tests.webhook.helpers import am_group, am_headers, journal, request, start_server
 

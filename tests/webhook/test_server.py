@@ -1,6 +1,6 @@
 """The running server over real HTTP on loopback: signatures, dedupe, runs, limits, proposals.
 
-The world is `runbook.testing` fakes on a fake clock, so verification windows take no time; the
+The world is `runbook.sim.fakes` fakes on a fake clock, so verification windows take no time; the
 only waits are bounded ones for a run to finish.
 """
 
@@ -11,7 +11,7 @@ import json
 import pytest
 
 from runbook.clock import FakeClock
-from runbook.journal import list_incidents
+from runbook.record.journal import list_incidents
 from runbook.model import events as ev
 from runbook.webhook.settings import Policy, WebhookConfig
 from tests.engine.helpers import cluster as fake_cluster

@@ -80,7 +80,7 @@ def _contexts(files: list[str]) -> dict[str, str | None]:
     Read with runbook's own loader first: the client's plain safe_load would expand an alias
     bomb, and a key written twice would make it and us each pick one.
     """
-    from runbook.loading.yamlsource import load_yaml, read_yaml_text
+    from runbook.files.yamlsource import load_yaml, read_yaml_text
 
     names: dict[str, str | None] = {}
     for file in files:

@@ -23,7 +23,7 @@ from typing import Any
 
 from runbook.backends.kubernetes.objects import micro_time, parse_time
 from runbook.errors import BackendError, Conflict, NotFound, Refused
-from runbook.locks import HeldLock
+from runbook.record.locks import HeldLock
 
 log = logging.getLogger(__name__)
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -40,7 +40,7 @@ def _utcnow() -> dt.datetime:
 
 
 class LeaseLocks:
-    """`Locks` (runbook.locks) on a Kubernetes cluster's Leases."""
+    """`Locks` (runbook.record.locks) on a Kubernetes cluster's Leases."""
 
     def __init__(self, cluster: Any, *, namespace: str | None = None, duration_seconds: int | None = None,
                  skew_seconds: float = 5.0, now: Callable[[], dt.datetime] = _utcnow):

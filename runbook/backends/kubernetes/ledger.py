@@ -15,7 +15,7 @@ import socket
 from typing import Any
 
 from runbook.errors import BackendError, Conflict, NotFound
-from runbook.journal import DRILL_PREFIX, Application
+from runbook.record.journal import DRILL_PREFIX, Application
 from runbook.model.events import iso_ms, parse_iso
 
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

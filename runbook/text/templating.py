@@ -18,7 +18,7 @@ from jinja2 import nodes
 from jinja2.compiler import CodeGenerator
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from runbook import template_limits as limits
+from runbook.text import template_limits as limits
 from runbook.errors import TemplateError
 
 MAX_RENDERED = limits.MAX_SIZE

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from runbook.backends.base import World
-from runbook.journal import History
-from runbook.locks import LocalLocks
+from runbook.record.journal import History
+from runbook.record.locks import LocalLocks
 
 
 def target_locks(world: World, state: Path):
@@ -28,7 +28,7 @@ def history_for(world: World, state: Path) -> History:
     record of applied changes (shared by every instance), else the local journals alone."""
     from runbook.backends.kubernetes.cluster import KubernetesCluster
     from runbook.backends.kubernetes.ledger import AppliedLedger
-    from runbook.history import SharedHistory
+    from runbook.record.history import SharedHistory
 
     if isinstance(world.cluster, KubernetesCluster):
         return SharedHistory(state, AppliedLedger(world.cluster))

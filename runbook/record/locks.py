@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Protocol
 
-from runbook import safe_fs
+from runbook.record import safe_fs
 from runbook.errors import Refused
 
 

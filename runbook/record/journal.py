@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from runbook import redaction, safe_fs
+from runbook.record import redaction
+from runbook.record import safe_fs
 from runbook.errors import BackendError, JournalError
 from runbook.model import events as ev
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from runbook import bundled, settings
+from runbook import settings
+from runbook.files import bundled
 from runbook.errors import InvalidInput
 
 PLAYBOOK_SUFFIXES = (".yaml", ".yml")

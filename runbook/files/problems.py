@@ -17,8 +17,8 @@ from typing import Any, Protocol
 import pydantic
 from pydantic import AliasChoices, BaseModel
 
-from runbook.loading.positions import Positions
-from runbook.redaction import looks_secret
+from runbook.files.positions import Positions
+from runbook.record.redaction import looks_secret
 
 __all__ = [
     "CODES",

@@ -10,7 +10,7 @@ import datetime as dt
 from pathlib import Path
 from typing import Protocol
 
-from runbook.journal import DRILL_PREFIX, Application, History, Journal
+from runbook.record.journal import DRILL_PREFIX, Application, History, Journal
 
 
 class Ledger(Protocol):

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 
 from runbook.errors import InvalidInput
-from runbook.loading.problems import did_you_mean
+from runbook.files.problems import did_you_mean
 
 LABEL_VALUE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?")
 PARAM_VALUE = re.compile(r"(?=.{1,253}\Z)/?[A-Za-z0-9_.-]+(?:[/=,:][A-Za-z0-9_.-]+)*")

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from runbook import flags
+from runbook.commandline import flags
 from runbook.errors import InvalidInput
 
 MAX_COMPOSE_BYTES = 96 * 1024  # the new text travels as one argv word: Linux caps one at 128 KiB

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from runbook.errors import RunbookError
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # runbook/: the wheel carries the bundled folders there
 FOLDERS = ("playbooks", "templates")
 
 

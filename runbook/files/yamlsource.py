@@ -14,8 +14,8 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from runbook.errors import InvalidInput
-from runbook.loading.positions import PathTuple, Position, Positions
-from runbook.loading.problems import Problem, problem, render_value
+from runbook.files.positions import PathTuple, Position, Positions
+from runbook.files.problems import Problem, problem, render_value
 
 __all__ = [
     "MAX_BYTES",
