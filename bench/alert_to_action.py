@@ -68,8 +68,8 @@ def workload_name(index: int) -> str:
 
 def _serve(conn, directory: str, alerts: int, latency: float) -> None:
     """The API server's own process: a real one is never under the client's GIL."""
-    from tests.kubernetes import world as k8s_world
-    from tests.kubernetes.apiserver.server import ApiServer
+    from tests.standin import world as k8s_world
+    from tests.standin.apiserver.server import ApiServer
 
     api = ApiServer(Path(directory)).start()
     api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "llm"}}, k8s_world.node("gpu-node-1"),
@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     from runbook.webhook.app import create_app
     from runbook.webhook.service import Service
     from runbook.webhook.settings import Policy, Secrets, WebhookConfig
-    from tests.kubernetes.conftest import connect_cluster
+    from tests.standin.conftest import connect_cluster
 
     with tempfile.TemporaryDirectory(prefix="runbook-bench-a2a-") as work:
         work_dir = Path(work)

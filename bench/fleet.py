@@ -62,10 +62,10 @@ from runbook.record.locks import MemoryLocks  # noqa: E402
 from runbook.model.registry import Kind  # noqa: E402
 from runbook.actions import load_builtin
 from runbook.triage.evaluate import evaluate  # noqa: E402
-from tests.kubernetes import world as k8s_world  # noqa: E402
-from tests.kubernetes.apiserver.kubelet import ExecAnswer  # noqa: E402
-from tests.kubernetes.apiserver.server import ApiServer  # noqa: E402
-from tests.kubernetes.conftest import connect_cluster  # noqa: E402
+from tests.standin import world as k8s_world  # noqa: E402
+from tests.standin.apiserver.kubelet import ExecAnswer  # noqa: E402
+from tests.standin.apiserver.server import ApiServer  # noqa: E402
+from tests.standin.conftest import connect_cluster  # noqa: E402
 from tests.prometheus.conftest import PrometheusServer  # noqa: E402
 from tests.prometheus.data import DAY, Line, Scenario, openmetrics  # noqa: E402
 

@@ -91,7 +91,7 @@ def test_the_step_reads_as_json_without_python_reprs(tmp_path):
 
 
 def test_the_simulated_cluster_reads_both_logs_as_the_api_backend_does():
-    # Parity with tests/kubernetes/test_i16_7_pod_logs.py: every previous log first, then the running ones.
+    # Parity with tests/standin/test_i16_7_pod_logs.py: every previous log first, then the running ones.
     scenario = load_scenario("oom-surge")
 
     def cluster():

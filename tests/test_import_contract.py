@@ -16,37 +16,48 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "runbook"
 
+# The layers of DESIGN.md, top first: a module may import its own package and the layers below its
+# own, never one above (an arrow back up), and the packages of one layer never import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("runbook.__main__",),
+    ("runbook.cli",),
+    ("runbook.triage", "runbook.webhook", "runbook.drill"),
+    ("runbook.engine",),
+    ("runbook.actions", "runbook.sim"),
+    ("runbook.commandline",),
+    ("runbook.backends", "runbook.loading", "runbook.reporting"),
+    ("runbook.config", "runbook.advise", "runbook.text", "runbook.signals"),
+    ("runbook.files",),
+    ("runbook.settings",),
+    ("runbook.record", "runbook.parsers"),
+    ("runbook.model",),
+    ("runbook.errors", "runbook.clock", "runbook"),  # what every layer uses, and the package's face
+)
+
 REAL_BACKENDS = ("runbook.backends.kubernetes", "runbook.backends.prometheus", "runbook.backends.ssh",
                  "runbook.backends.http")
 NETWORK_AND_UI = ("click", "rich", "kubernetes", "paramiko", "httpx", "requests", "urllib3", "starlette", "uvicorn",
                   "prometheus_api_client", "websockets")
-ROOTS = ("runbook.cli", "runbook.webhook")
 
-# layer (a module or package prefix) -> prefixes it must never import
+# Besides the layers: layer -> what it must never import (the real backends and the network and UI
+# libraries stay at the edges, where the CLI and the webhook build the world).
 FORBIDDEN: dict[str, tuple[str, ...]] = {
-    "runbook.engine": (*NETWORK_AND_UI, *ROOTS, *REAL_BACKENDS, "runbook.sim", "runbook.drill", "runbook.triage",
-                       "runbook.reporting"),
-    "runbook.actions": (*NETWORK_AND_UI, *ROOTS, *REAL_BACKENDS, "runbook.engine", "runbook.sim", "runbook.drill",
-                        "runbook.triage", "runbook.reporting", "runbook.loading"),
+    "runbook.engine": (*NETWORK_AND_UI, *REAL_BACKENDS),
+    "runbook.actions": (*NETWORK_AND_UI, *REAL_BACKENDS),
+    "runbook.sim": (*NETWORK_AND_UI, *REAL_BACKENDS),
+    "runbook.triage": REAL_BACKENDS,
+    "runbook.drill": (*NETWORK_AND_UI, *REAL_BACKENDS),
+    "runbook.loading": (*NETWORK_AND_UI, *REAL_BACKENDS),
     # the one safe YAML reader (runbook.files.yamlsource) reads kubeconfigs too; playbook validation is not theirs
-    "runbook.backends": (*ROOTS, "runbook.engine", "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage",
-                         "runbook.reporting", "runbook.loading.validation", "click", "rich"),
-    "runbook.sim": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.drill",
-                    "runbook.triage", "runbook.reporting"),
-    "runbook.loading": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
-                        "runbook.drill", "runbook.triage", "runbook.reporting"),
-    "runbook.model": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
-                      "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
-                      "runbook.parsers", "runbook.record.journal", "runbook.model.registry"),
-    "runbook.parsers": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
-                        "runbook.drill", "runbook.triage", "runbook.reporting", "runbook.loading", "runbook.backends",
-                        "runbook.record.journal", "runbook.model.registry"),
-    "runbook.reporting": (*ROOTS, *REAL_BACKENDS, "click", "rich", "kubernetes", "paramiko", "runbook.engine",
-                          "runbook.actions", "runbook.sim", "runbook.drill", "runbook.triage"),
-    "runbook.model.registry": ("runbook.actions", "runbook.engine", *ROOTS),
-    # the launch-flag advisor reads manifests and tables; the CLI hands it a live workload's object
-    "runbook.advise": (*ROOTS, *REAL_BACKENDS, *NETWORK_AND_UI, "runbook.engine", "runbook.actions", "runbook.sim",
-                       "runbook.drill", "runbook.triage", "runbook.reporting"),
+    "runbook.backends": ("click", "rich"),
+    "runbook.reporting": (*REAL_BACKENDS, "click", "rich", "kubernetes", "paramiko"),
+    "runbook.advise": (*NETWORK_AND_UI, *REAL_BACKENDS),
+    "runbook.model": NETWORK_AND_UI,
+    "runbook.parsers": NETWORK_AND_UI,
+    "runbook.record": NETWORK_AND_UI,
+    "runbook.text": NETWORK_AND_UI,
+    "runbook.files": NETWORK_AND_UI,
+    "runbook.signals": NETWORK_AND_UI,
 }
 # Every call to the Kubernetes API lives under backends/kubernetes (Leases and coordination included).
 KUBERNETES_CLIENT_ONLY_IN = "runbook.backends.kubernetes"
@@ -103,6 +114,55 @@ GRAPH = {module: {name for name in imports_of(module) if name in MODULES and nam
 
 def _within(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
+
+
+def layer_of(module: str) -> tuple[int, str]:
+    """(its layer's place from the top, the package it belongs to): the longest layer prefix it is within."""
+    found = [(len(prefix), depth, prefix) for depth, layer in enumerate(LAYERS) for prefix in layer
+             if _within(module, prefix)]
+    if not found:
+        raise LookupError(f"{module} is in no layer of LAYERS: add its package to one")
+    _, depth, prefix = max(found)
+    return depth, prefix
+
+
+def arrows_against_the_layers(graph: dict[str, set[str]]) -> list[str]:
+    """Each import that runs back up a layer, or across to another package of the same layer."""
+    wrong = []
+    for module, names in sorted(graph.items()):
+        depth, package = layer_of(module)
+        for name in sorted(names):
+            their_depth, their_package = layer_of(name)
+            if their_package == package:
+                continue
+            if their_depth < depth:
+                wrong.append(f"{module} imports {name}: {their_package} is a layer above {package}")
+            elif their_depth == depth:
+                wrong.append(f"{module} imports {name}: {their_package} and {package} are one layer, independent")
+    return wrong
+
+
+def test_every_module_is_in_a_layer():
+    for module in MODULES:
+        layer_of(module)
+
+
+def test_no_import_runs_back_up_a_layer_or_across_one():
+    wrong = arrows_against_the_layers(GRAPH)
+    assert not wrong, "imports against DESIGN.md's layers:\n" + "\n".join(wrong)
+
+
+def test_the_layer_check_catches_a_bad_import():
+    """The check itself, shown a deliberately bad tree: a lower layer importing a higher one, two
+    packages of one layer importing each other, and the real tree's arrows, which pass."""
+    backends_up = {**GRAPH, "runbook.backends.base": GRAPH["runbook.backends.base"] | {"runbook.engine.runner"}}
+    assert arrows_against_the_layers(backends_up) == [
+        "runbook.backends.base imports runbook.engine.runner: runbook.engine is a layer above runbook.backends"]
+    across = {**GRAPH, "runbook.sim.world": GRAPH["runbook.sim.world"] | {"runbook.actions.base"}}
+    assert arrows_against_the_layers(across) == [
+        "runbook.sim.world imports runbook.actions.base: runbook.actions and runbook.sim are one layer, independent"]
+    model_up = {**GRAPH, "runbook.model.events": GRAPH["runbook.model.events"] | {"runbook.record.journal"}}
+    assert len(arrows_against_the_layers(model_up)) == 1
 
 
 def test_the_tree_is_read():

@@ -7,7 +7,7 @@ import json
 
 from tests.cli.helpers import runbook
 
-# The seeded StatefulSet (tests/kubernetes/world.py): Meta-Llama-3-8B-Instruct, --max-model-len 7372,
+# The seeded StatefulSet (tests/standin/world.py): Meta-Llama-3-8B-Instruct, --max-model-len 7372,
 # --gpu-memory-utilization=0.9, no nodeSelector, so the GPU is given here.
 
 

@@ -10,8 +10,8 @@ import yaml
 from click.testing import CliRunner
 
 from runbook.cli import main
-from tests.kubernetes import world
-from tests.kubernetes.conftest import apiserver, k8s, kubeconfig
+from tests.standin import world
+from tests.standin.conftest import apiserver, k8s, kubeconfig
 
 SERVER_FIXTURES = (apiserver, k8s, kubeconfig)  # the test API server's fixtures, used here by name
 

@@ -16,10 +16,10 @@ from runbook.backends.kubernetes.routes import CANARY, CANARY_WEIGHT, route_from
 from runbook.sim.world import SimulatedWorld, _log_lines, log_window
 from runbook.clock import FakeClock
 from runbook.errors import RunbookError
-from tests.kubernetes.apiserver.errors import ApiError
-from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet
-from tests.kubernetes.apiserver.resources import BY_KIND
-from tests.kubernetes.apiserver.server import ApiServer
+from tests.standin.apiserver.errors import ApiError
+from tests.standin.apiserver.kubelet import ExecAnswer, Kubelet
+from tests.standin.apiserver.resources import BY_KIND
+from tests.standin.apiserver.server import ApiServer
 
 KINDS = {"statefulset": "StatefulSet", "deployment": "Deployment", "daemonset": "DaemonSet"}
 AUTOSCALER_KINDS = {"hpa": "HorizontalPodAutoscaler", "scaledobject": "ScaledObject"}

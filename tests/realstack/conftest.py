@@ -57,7 +57,7 @@ def prometheus(played, tmp_path_factory) -> Iterator[SteppedPrometheus]:
 def apiserver(tmp_path_factory):
     if importlib.util.find_spec("websockets") is None:
         _unavailable("the test API server needs `websockets` for exec over WebSocket: pip install websockets")
-    from tests.kubernetes.apiserver.server import ApiServer
+    from tests.standin.apiserver.server import ApiServer
 
     server = ApiServer(tmp_path_factory.mktemp("realstack-apiserver")).start()
     yield server

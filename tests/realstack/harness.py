@@ -29,7 +29,7 @@ from runbook.engine.operator import AssumeYes
 from runbook.engine.runner import Engine, RunResult
 from runbook.model.events import Event
 from runbook.actions import load_builtin
-from tests.kubernetes.apiserver.server import ApiServer
+from tests.standin.apiserver.server import ApiServer
 from tests.realstack.cluster import ProjectedCluster, ProjectingClock
 from tests.realstack.nodes import NodeLogins, Oracle
 from tests.realstack.timeline import Played, alert_of, signal_overrides

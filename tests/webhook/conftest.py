@@ -3,7 +3,7 @@ kubernetes`), a state directory, and the local PagerDuty REST API that the note 
 
 import pytest
 
-from tests.kubernetes.conftest import apiserver, k8s, kubeconfig  # noqa: F401  (fixtures)
+from tests.standin.conftest import apiserver, k8s, kubeconfig  # noqa: F401  (fixtures)
 from tests.webhook.pagerduty_api import FakePagerDuty
 
 

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from runbook.webhook.settings import PagerDutyNotes
-from tests.kubernetes.apiserver.tls import make_certificates
+from tests.standin.apiserver.tls import make_certificates
 
 TOKEN = "y_NbAkKc66ryYTWUXYEu"
 FROM = "oncall-bot@example.com"

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from runbook.cli.serve import serve
 from runbook.backends.kubernetes.claims import KubernetesCoordination
 from runbook.webhook.settings import Policy, WebhookConfig
-from tests.kubernetes.conftest import connect_cluster
+from tests.standin.conftest import connect_cluster
 from tests.webhook.helpers import am_group, am_headers, request, serve as serving
 
 CONFIG = WebhookConfig(workers=1, policy=Policy(unattended={"test-oom": ["scale-down"]}))

@@ -10,7 +10,7 @@ import yaml
 
 from runbook.cli.serve import serve
 from runbook.webhook.settings import WebhookConfig, load_secrets
-from tests.kubernetes.apiserver.rbac import load_policy
+from tests.standin.apiserver.rbac import load_policy
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from runbook.errors import StalePlan, BackendUnavailable
-from tests.kubernetes.conftest import connect_cluster
+from tests.standin.conftest import connect_cluster
 
 STS = "/apis/apps/v1/namespaces/llm/statefulsets/vllm-server"
 

@@ -3,7 +3,7 @@ of the SOP (3 replicas, `--max-model-len 7372`) and an API gateway Deployment wi
 
 from __future__ import annotations
 
-from tests.kubernetes.apiserver.server import ApiServer
+from tests.standin.apiserver.server import ApiServer
 
 VLLM_COMMAND = ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 VLLM_ARGS = ["--model", "meta-llama/Meta-Llama-3-8B-Instruct", "--max-model-len", "7372", "--port", "8000",

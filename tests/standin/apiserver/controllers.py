@@ -13,8 +13,8 @@ import json
 import uuid
 from collections.abc import Callable
 
-from tests.kubernetes.apiserver.resources import BY_KIND, Resource
-from tests.kubernetes.apiserver.store import Store, now_utc, rfc3339
+from tests.standin.apiserver.resources import BY_KIND, Resource
+from tests.standin.apiserver.store import Store, now_utc, rfc3339
 
 PODS, NODES = BY_KIND["Pod"], BY_KIND["Node"]
 WORKLOADS = ("StatefulSet", "Deployment", "DaemonSet")

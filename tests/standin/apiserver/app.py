@@ -22,13 +22,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from tests.kubernetes.apiserver import patches, resources, tables
-from tests.kubernetes.apiserver.controllers import PODS, Controllers, is_ready
-from tests.kubernetes.apiserver.errors import ApiError
-from tests.kubernetes.apiserver.kubelet import ExecAnswer, Kubelet
-from tests.kubernetes.apiserver.rbac import Policy
-from tests.kubernetes.apiserver.resources import BY_KIND, BY_PATH, Resource
-from tests.kubernetes.apiserver.store import Store
+from tests.standin.apiserver import patches, resources, tables
+from tests.standin.apiserver.controllers import PODS, Controllers, is_ready
+from tests.standin.apiserver.errors import ApiError
+from tests.standin.apiserver.kubelet import ExecAnswer, Kubelet
+from tests.standin.apiserver.rbac import Policy
+from tests.standin.apiserver.resources import BY_KIND, BY_PATH, Resource
+from tests.standin.apiserver.store import Store
 
 CHANNEL_PROTOCOLS = ("v5.channel.k8s.io", "v4.channel.k8s.io")
 _CORE = re.compile(r"^/api/(?P<version>v1)(?:/namespaces/(?P<ns>[^/]+))?/(?P<res>[^/]+)"

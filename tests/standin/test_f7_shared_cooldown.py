@@ -24,7 +24,7 @@ from runbook.sim.fakes import FakeMetrics
 from tests.conftest import assert_sequence
 from tests.engine.helpers import playbook
 from tests.safety import books
-from tests.kubernetes.conftest import connect_cluster
+from tests.standin.conftest import connect_cluster
 
 TARGET = "llm/statefulset/vllm-server"
 T0 = utc(2026, 3, 14, 3, 12, 7)

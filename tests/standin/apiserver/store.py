@@ -13,9 +13,9 @@ import threading
 import uuid
 from collections.abc import Callable
 
-from tests.kubernetes.apiserver.errors import ApiError
-from tests.kubernetes.apiserver.resources import Resource
-from tests.kubernetes.apiserver.selectors import field_selector, label_selector
+from tests.standin.apiserver.errors import ApiError
+from tests.standin.apiserver.resources import Resource
+from tests.standin.apiserver.selectors import field_selector, label_selector
 
 
 def now_utc() -> dt.datetime:

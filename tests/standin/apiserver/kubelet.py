@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from runbook.sim import commands as sim_commands
 from runbook.sim import formats as sim_formats
 from runbook.backends.base import CommandResult
-from tests.kubernetes.apiserver.errors import ApiError
-from tests.kubernetes.apiserver.store import now_utc
+from tests.standin.apiserver.errors import ApiError
+from tests.standin.apiserver.store import now_utc
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from tests.kubernetes.apiserver.controllers import is_ready
-from tests.kubernetes.apiserver.store import now_utc
+from tests.standin.apiserver.controllers import is_ready
+from tests.standin.apiserver.store import now_utc
 
 
 def _age(obj: dict) -> str:

@@ -19,12 +19,12 @@ from typing import Any
 import uvicorn
 import yaml
 
-from tests.kubernetes.apiserver.app import ApiServerApp, Fault, Seen
-from tests.kubernetes.apiserver.controllers import pod_status
-from tests.kubernetes.apiserver.kubelet import Kubelet
-from tests.kubernetes.apiserver.rbac import Policy, load_policy
-from tests.kubernetes.apiserver.resources import BY_KIND
-from tests.kubernetes.apiserver.tls import make_certificates
+from tests.standin.apiserver.app import ApiServerApp, Fault, Seen
+from tests.standin.apiserver.controllers import pod_status
+from tests.standin.apiserver.kubelet import Kubelet
+from tests.standin.apiserver.rbac import Policy, load_policy
+from tests.standin.apiserver.resources import BY_KIND
+from tests.standin.apiserver.tls import make_certificates
 
 REPO = Path(__file__).resolve().parents[3]
 RBAC = REPO / "deploy" / "rbac.yaml"

@@ -28,7 +28,7 @@ def apiserver(tmp_path_factory):
     _need(importlib.util.find_spec("websockets") is not None,
           "the test API server needs `websockets` for exec over WebSocket (uvicorn's other WebSocket "
           "implementation cannot refuse an upgrade with a status): pip install websockets")
-    from tests.kubernetes.apiserver.server import ApiServer
+    from tests.standin.apiserver.server import ApiServer
 
     server = ApiServer(tmp_path_factory.mktemp("apiserver")).start()
     yield server
@@ -38,7 +38,7 @@ def apiserver(tmp_path_factory):
 @pytest.fixture
 def k8s(apiserver):
     """The session's server, emptied and seeded with the standard `llm` cluster."""
-    from tests.kubernetes import world
+    from tests.standin import world
 
     apiserver.reset()
     world.seed(apiserver)

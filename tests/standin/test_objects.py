@@ -6,9 +6,9 @@ import pytest
 
 from runbook.backends.kubernetes.objects import exit_status, pod_from, selector_text, workload_from
 from runbook.errors import InvalidInput
-from tests.kubernetes.apiserver import patches
-from tests.kubernetes.apiserver.errors import ApiError
-from tests.kubernetes.apiserver.selectors import label_selector
+from tests.standin.apiserver import patches
+from tests.standin.apiserver.errors import ApiError
+from tests.standin.apiserver.selectors import label_selector
 
 
 @pytest.mark.parametrize("status, expected", [

@@ -8,10 +8,10 @@ import datetime as dt
 from runbook.backends.kubernetes.ledger import AppliedLedger
 from runbook.record.journal import Application
 from runbook.backends.kubernetes.leases import LeaseLocks, lease_name
-from tests.kubernetes import world
-from tests.kubernetes.apiserver.kubelet import ExecAnswer
-from tests.kubernetes.apiserver.rbac import load_policy
-from tests.kubernetes.apiserver.server import RBAC
+from tests.standin import world
+from tests.standin.apiserver.kubelet import ExecAnswer
+from tests.standin.apiserver.rbac import load_policy
+from tests.standin.apiserver.server import RBAC
 
 
 def test_the_manifests_bind_the_role_to_runbooks_service_account():
@@ -48,11 +48,11 @@ def test_every_operation_works_under_the_role_and_every_grant_is_used(k8s, clust
         cluster.logs("llm", {"app": "vllm-server"}, since_seconds=60)
         cluster.delete_pod("llm", pods[1].name, uid=pods[1].uid, dry_run=True)
         cluster.delete_pod("llm", pods[2].name, uid=pods[2].uid, dry_run=True, evict=True)
-        from tests.kubernetes.test_i16_3_routes import seed_routes  # the routes canary-rollback moves
+        from tests.standin.test_i16_3_routes import seed_routes  # the routes canary-rollback moves
 
         for kind, name, change in seed_routes(k8s):
             cluster.set_route("llm", kind, name, dry_run=True, **change)  # get, then patch
-        from tests.kubernetes.test_i16_8_autoscalers import seed_autoscalers  # what k8s.scale holds (item 8)
+        from tests.standin.test_i16_8_autoscalers import seed_autoscalers  # what k8s.scale holds (item 8)
 
         seed_autoscalers(k8s)
         for kind, name in (("statefulset", "vllm-server"), ("deployment", "api-gateway")):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from tests.kubernetes.apiserver.errors import ApiError
+from tests.standin.apiserver.errors import ApiError
 
 Predicate = Callable[[Mapping[str, str]], bool]
 

@@ -10,8 +10,8 @@ import subprocess
 
 import pytest
 
-from tests.kubernetes.apiserver.kubelet import ExecAnswer
-from tests.kubernetes.apiserver.server import ADMIN_TOKEN
+from tests.standin.apiserver.kubelet import ExecAnswer
+from tests.standin.apiserver.server import ADMIN_TOKEN
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from runbook.errors import CommandFailed
-from tests.kubernetes.apiserver.kubelet import ExecAnswer
+from tests.standin.apiserver.kubelet import ExecAnswer
 
 
 def test_a_character_split_across_two_messages_stays_whole(k8s, cluster):
@@ -21,7 +21,7 @@ def test_a_character_split_across_two_messages_stays_whole(k8s, cluster):
 
 def test_v4_clients_get_the_exit_status_too(k8s, cluster):
     """Older API servers only speak v4: the client offers v5 then v4, the server picks v4 here."""
-    from tests.kubernetes.apiserver import app
+    from tests.standin.apiserver import app
 
     k8s.kubelet.script(["false"], ExecAnswer(exit_code=1))
     original = app.CHANNEL_PROTOCOLS
