@@ -12,6 +12,7 @@ from runbook.errors import CommandFailed, NotFound
 from tests.conftest import data_text
 from tests.controlplane import objects
 from tests.controlplane.identity import runbook_user
+from tests.controlplane.plane import wait_for
 
 
 def serving(plane, namespace: str, replicas: int = 1) -> None:
@@ -34,9 +35,15 @@ def test_an_exec_asks_the_api_once_per_pod(plane, namespace, cluster):
     plane.answer(namespace, "ls", pod="vllm-server-0", stdout="model\n")
     assert cluster.exec(namespace, "vllm-server-0", "vllm", ["ls", "/models"], timeout=20).stdout == "model\n"
     runbook = runbook_user(namespace)
-    asked = [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", ""), e["objectRef"]["name"])
-             for e in plane.audit(namespace) if e["user"]["username"] == runbook]
-    assert len(asked) == 1 and asked[0][1:] == ("pods", "exec", "vllm-server-0"), asked
+
+    def asked() -> list[tuple[str, str, str, str]]:
+        return [(e["verb"], e["objectRef"]["resource"], e["objectRef"].get("subresource", ""), e["objectRef"]["name"])
+                for e in plane.audit(namespace) if e["user"]["username"] == runbook]
+
+    # The apiserver logs an exec's ResponseComplete once its handler returns, a moment after the
+    # client has seen the stream close: wait for it, then count.
+    wait_for("the exec's audit event", asked, timeout=10)
+    assert len(asked()) == 1 and asked()[0][1:] == ("pods", "exec", "vllm-server-0"), asked()
 
 
 def test_output_split_over_many_messages_is_reassembled(plane, namespace, cluster):
