@@ -43,17 +43,38 @@ def test_a_drill_resolves_its_incident(scenario):
     assert document["actions"] and all(a["applied"] for a in document["actions"])
 
 
-def test_the_oom_drill_scales_down_and_lowers_max_model_len():
+def test_the_oom_drill_scales_down_lowers_max_model_len_and_brings_the_replicas_back():
     document = json.loads(drill("oom-surge", "--yes", "--output", "json").stdout)
-    changes = {(a["action"], json.dumps(a["before"]), json.dumps(a["after"])) for a in document["actions"]}
-    assert ("k8s.scale", '{"replicas": 3}', '{"replicas": 1}') in changes
-    assert ("k8s.set_arg", '{"--max-model-len": "7372"}', '{"--max-model-len": "6635"}') in changes
+    changes = [(a["action"], json.dumps(a["before"]), json.dumps(a["after"])) for a in document["actions"]]
+    assert changes == [("k8s.scale", '{"replicas": 3}', '{"replicas": 1}'),
+                       ("k8s.set_arg", '{"--max-model-len": "7372"}', '{"--max-model-len": "6635"}'),
+                       ("k8s.restore_scale", '{"replicas": 1}', '{"replicas": 3}')]
+    assert document["outcome"] == "resolved"
     events = journal_of(document)
     applied = [e for e in events if e.type == ev.ACTION_APPLIED]
     verified = next(e for e in events if e.type == ev.VERIFY_PASSED)
-    assert verified.seq > applied[-1].seq
+    # The fix is verified first; only then does the capacity come back, a replica at a time.
+    assert applied[1].seq < verified.seq < applied[2].seq and applied[2].step == "restore-capacity"
+    restored = applied[2].data["result"]
+    assert (restored["replicas"], restored["restored"], restored["stopped"]) == (3, True, None)
+    assert [step["replicas"] for step in restored["steps"]] == [2, 3] and all(s["kept"] for s in restored["steps"])
     rca = Path(document["rca"]).read_text()
     assert "7372" in rca and "6635" in rca
+
+
+def test_when_the_ooms_return_with_the_capacity_the_run_ends_mitigated_at_the_last_good_size():
+    result = drill("oom-surge-capacity-returns-ooms", "--yes", "--output", "json")
+    assert result.exit_code == 5, result.output
+    document = json.loads(result.stdout)
+    assert document["outcome"] == "mitigated" and document["as_expected"]
+    events = journal_of(document)
+    restored = next(e for e in events if e.type == ev.ACTION_APPLIED and e.step == "restore-capacity").data["result"]
+    assert restored["replicas"] == 2 and not restored["restored"]
+    assert [(s["replicas"], s["kept"]) for s in restored["steps"]] == [(2, True), (3, False)]
+    escalated = [e for e in events if e.type == ev.ESCALATED]
+    assert [c["now"] for c in escalated[-1].data["capacity"]] == [2]
+    assert "kubectl -n llm scale statefulset/vllm-server --replicas=3" in document["reason"]
+    assert "serves 2 of its 3 replicas" in document["reason"] and "at 3 replicas" in document["reason"]
 
 
 @pytest.mark.parametrize("scenario", RESOLVED)

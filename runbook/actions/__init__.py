@@ -15,5 +15,6 @@ def load_builtin() -> Registry:
     from runbook.actions import k8s_route, prom_versions  # noqa: F401  (registration; issue 16, item 3)
     from runbook.actions import k8s_logs  # noqa: F401  (registration; issue 16, items 2 and 7)
     from runbook.actions import kv_memory  # noqa: F401  (registration; issue 16, item 2: latency-creep)
+    from runbook.actions import k8s_restore  # noqa: F401  (registration; issue 34: capacity comes back)
 
     return BUILTIN

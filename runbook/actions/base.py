@@ -85,6 +85,18 @@ class ActionResult:
 
 
 @dataclasses.dataclass(frozen=True)
+class Capacity:
+    """How many replicas of a workload serve, before and after a change: a run that ends with fewer
+    than the incident began with has mitigated it with capacity reduced, not resolved it (issue 34)."""
+
+    target: str  # the plan's target: "llm/statefulset/vllm-server"
+    before: int
+    after: int
+    restore: tuple[str, ...] = ()  # the exact commands that put it back (kubectl), for the report and the page
+    stopped: str | None = None  # why an apply stopped short of `after` (its result's `stopped`)
+
+
+@dataclasses.dataclass(frozen=True)
 class Plan:
     """A remediation before it happens: what, from → to, and what the guards must know."""
 
@@ -103,6 +115,8 @@ class Plan:
     noop: bool = False  # already in the desired state
     server_dry_run: bool = True  # apply(True) validates against the target; False: nothing to validate there
     namespace: str | None = None  # the Kubernetes namespace changed, for the namespace allow-list; None: none
+    # The serving capacity it changes; an apply that stops short says where in its result's `replicas`.
+    capacity: Capacity | None = None
 
     def diff(self) -> list[str]:
         keys = list(dict.fromkeys([*self.before, *self.after]))

@@ -66,6 +66,12 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
     Conditions: a signal `below`/`above` a value, or every replica of a workload `ready`.
     A reading that cannot be taken counts as not holding: silence is never health.
     """
+    return verify_condition(ctx, p)
+
+
+def verify_condition(ctx: StepContext, p: VerifyParams, *, where: str = "") -> ActionResult:
+    """`flow.verify`'s wait, for an action that verifies as it goes (a restore, at each size): `where`
+    ("at 2 replicas") tells its readings apart in the report."""
     deadline_seconds = p.within if p.within is not None else p.for_ + 300.0
     start = ctx.clock.now()
     deadline = start + dt.timedelta(seconds=deadline_seconds)
@@ -86,7 +92,7 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
                       "left": max((deadline - at).total_seconds(), 0.0)})
         if held_since is not None:
             if (at - held_since).total_seconds() >= p.for_:
-                ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
+                ctx.evidence("samples", f"verification of {condition}{where}", signal=what, readings=readings)
                 took = (at - start).total_seconds()
                 return ActionResult.ok(
                     f"{condition} held for {format_duration(p.for_)} (checked {len(readings)} times, "
@@ -98,11 +104,11 @@ def verify(ctx: StepContext, p: VerifyParams) -> ActionResult:
         stop = ctx.interrupted()
         if stop:
             # A run told to stop does not wait out the window: the engine rolls back what was changed.
-            ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
+            ctx.evidence("samples", f"verification of {condition}{where}", signal=what, readings=readings)
             return ActionResult.failed(f"verification of {condition} stopped: {stop}; last reading: {last_seen}",
                                        condition=condition, readings=len(readings), last=last_seen, interrupted=stop)
         ctx.clock.sleep(min(p.interval, max((deadline - at).total_seconds(), 0.001)))
-    ctx.evidence("samples", f"verification of {condition}", signal=what, readings=readings)
+    ctx.evidence("samples", f"verification of {condition}{where}", signal=what, readings=readings)
     return ActionResult.failed(
         f"{condition} did not hold for {format_duration(p.for_)} within {format_duration(deadline_seconds)}; "
         f"last reading: {last_seen}", condition=condition, readings=len(readings), last=last_seen)

@@ -14,7 +14,7 @@ import pydantic
 
 from runbook.commandline import flags
 from runbook.actions import base, fields
-from runbook.actions.base import Plan, StepContext
+from runbook.actions.base import Capacity, Plan, StepContext
 from runbook.backends import gitops
 from runbook.backends.base import Autoscaler, ContainerSpec
 from runbook.actions.k8s_pods import PodsParams, select_pods
@@ -80,7 +80,26 @@ def scale(ctx: StepContext, p: ScaleParams) -> Plan:
                 apply=apply, rollback=rollback,
                 value_after=float(p.replicas), ready_before=len(ready_names), ready_after=ready_after,
                 touched=max(0, before - p.replicas), total=max(before, 1), refusal=refusal,
-                noop=before == p.replicas and not held)
+                noop=before == p.replicas and not held,
+                capacity=Capacity(f"{namespace}/{kind}/{name}", before, p.replicas,
+                                  restore_commands(namespace, kind, name, before, [old for old, _ in held])))
+
+
+def restore_commands(namespace: str, kind: str, name: str, replicas: int, autoscalers: list[Autoscaler]) -> tuple[str, ...]:
+    """The kubectl commands that put a workload back at `replicas`, its autoscalers first as given
+    (as they were before a hold), so that a person can finish what a run left reduced."""
+    commands = []
+    for a in autoscalers:
+        if a.kind == "hpa":
+            commands.append(f"kubectl -n {namespace} patch hpa {a.name} --type=merge -p "
+                            f"'{{\"spec\":{{\"minReplicas\":{a.min_replicas},\"maxReplicas\":{a.max_replicas}}}}}'")
+        elif a.paused_replicas is None:
+            commands.append(f"kubectl -n {namespace} annotate scaledobject {a.name} autoscaling.keda.sh/paused-replicas-")
+        else:
+            commands.append(f"kubectl -n {namespace} annotate --overwrite scaledobject {a.name} "
+                            f"autoscaling.keda.sh/paused-replicas={a.paused_replicas}")
+    commands.append(f"kubectl -n {namespace} scale {kind}/{name} --replicas={replicas}")
+    return tuple(commands)
 
 
 def _hold_autoscalers(found: list[Autoscaler], replicas: int) -> tuple[list[tuple[Autoscaler, Autoscaler]],

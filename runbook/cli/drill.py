@@ -1,8 +1,9 @@
 """`runbook drill SCENARIO`: a whole incident on a simulated world, from alert to RCA, in seconds.
 
 Shows live progress on stdout (prompts on stderr); `--output json` prints one document on stdout.
-The exit code is the run's (0 resolved or dry run, 4 refused, 130 interrupted, 1 otherwise), even
-when the output pipe closed under it; SIGINT/SIGTERM stop it at a safe point and roll back, SIGHUP is ignored.
+The exit code is the run's (0 resolved or dry run, 4 refused, 5 mitigated with capacity reduced, 130
+interrupted, 1 otherwise), even when the output pipe closed under it; SIGINT/SIGTERM stop it at a safe
+point and roll back, SIGHUP is ignored.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import pydantic
 
 from runbook.record import redaction
 from runbook.text import templating
-from runbook.actions.base import ActionResult, Evidence, Plan, StepContext
+from runbook.actions.base import ActionResult, Capacity, Evidence, Plan, StepContext
 from runbook.backends.base import World
 from runbook.clock import Clock
 from runbook.engine import guards, namespaces
@@ -43,7 +43,7 @@ DRY_RUN_SKIPS = {"flow.verify": "dry run: nothing was applied, so there is nothi
                  "flow.escalate": "dry run: would escalate here"}
 
 OUTCOME_EXIT = {"resolved": 0, "dry_run": 0, "refused": 4, "failed": 1, "rolled_back": 1, "escalated": 1,
-                "proposed": 4, "interrupted": 130}
+                "proposed": 4, "interrupted": 130, "mitigated": 5}
 
 # How often a change whose target moved under it is planned again (and its guards re-run) before refusing.
 REPLANS = 3
@@ -82,6 +82,7 @@ class AppliedAction:
     applied: bool  # False: planned only (dry run)
     rollback: Callable[[], dict[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
     rolled_back: bool = False
+    capacity: Capacity | None = None  # the serving capacity it left: `after` is the size the apply reached
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "action": self.action, "target": self.target, "before": self.before,
@@ -182,7 +183,37 @@ class Engine:
                 raise
             return RunResult(self.journal.incident, self.journal.run, playbook.name, "failed", why,
                              tuple(steps), tuple(actions))
+        if outcome == "resolved":
+            outcome, reason = self._capacity_left(outcome, reason, actions)
         return self._finish(playbook, outcome, reason, steps, actions)
+
+    def _capacity_left(self, outcome: str, reason: str, actions: list[AppliedAction]) -> tuple[str, str]:
+        """A run whose steps all finished but that leaves a workload with fewer replicas than the incident
+        began with has mitigated it, not resolved it: say so, how far short, and how to put it back."""
+        began: dict[str, Capacity] = {}
+        left: dict[str, int] = {}
+        stopped: dict[str, str] = {}
+        for applied in actions:
+            capacity = applied.capacity
+            if capacity is None or not applied.applied:
+                continue
+            began.setdefault(capacity.target, capacity)
+            left[capacity.target] = capacity.before if applied.rolled_back else capacity.after
+            if capacity.stopped and not applied.rolled_back:
+                stopped[capacity.target] = capacity.stopped
+        short = [(began[t], left[t]) for t in began if left[t] < began[t].before]
+        if not short:
+            return outcome, reason
+        told = "; ".join(f"{c.target} serves {now} of its {c.before} replicas"
+                         + (f" (its restore stopped {stopped[c.target]})" if c.target in stopped else "")
+                         for c, now in short)
+        commands = [command for c, _ in short for command in c.restore]
+        why = (f"capacity reduced: {told}. To restore it when it is safe: " + " && ".join(commands)) if commands else \
+            f"capacity reduced: {told}"
+        self._record(ev.ESCALATED, self.clock.now(), data={
+            "reason": why, "capacity": [{"target": c.target, "before": c.before, "now": now, "restore": list(c.restore)}
+                                        for c, now in short]})
+        return "mitigated", why
 
     def _run_steps(self, playbook: Playbook, base: dict[str, Any], merged: dict[str, Any], given: dict[str, Any],
                    skip: Mapping[str, str] | None, steps: list[StepOutcome],
@@ -619,7 +650,8 @@ class Engine:
                 "after": plan.after, "by": by, "error": error,
                 "why": "the apply raised after it may have changed the target; counted as applied"})
             self._remember_application(plan, action, applied_at)
-            unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback)
+            unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback,
+                                    capacity=plan.capacity)
             actions.append(unknown)
             self._rollback_actions(step.id, actions, only=unknown)
             return self._end(step, kind, "failed", f"applying may have failed: {error}",
@@ -628,8 +660,16 @@ class Engine:
             "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
             "after": plan.after, "by": by, "result": result})
         self._remember_application(plan, action, applied_at)
-        actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback))
-        return self._end(step, kind, "changed", plan.summary, {**view(plan), "applied": True, "outcome": result}, now)
+        capacity = plan.capacity
+        if capacity is not None and isinstance(result, dict) and isinstance(result.get("replicas"), int):
+            # where an apply stopped short, and why
+            capacity = dataclasses.replace(capacity, after=result["replicas"], stopped=result.get("stopped") or None)
+        actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback,
+                                     capacity=capacity))
+        # An apply that went differently from its plan (a restore that stopped short) says how, in its summary.
+        said = result.get("summary") if isinstance(result, dict) and isinstance(result.get("summary"), str) else None
+        return self._end(step, kind, "changed", said or plan.summary,
+                         {**view(plan), "applied": True, "outcome": result}, now)
 
     def _remember_application(self, plan: Plan, action: str, at: dt.datetime) -> None:
         """Tell a shared history (a cluster-wide record) of the change, so every runbook's cooldown sees it."""

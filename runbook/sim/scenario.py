@@ -8,7 +8,7 @@ Every time in the file is **seconds relative to T0** unless said otherwise: a nu
 ```yaml
 name: oom-surge                   # [a-z0-9-]; bundled files are named NAME.yaml
 playbook: oom-surge               # the bundled playbook it drills
-expect: resolved                  # resolved | refused: how a correct playbook run ends
+expect: resolved                  # resolved | refused | mitigated: how a correct playbook run ends
 description: >-                   # shown at the start of the drill
   ...
 start: 2026-03-14T03:12:07Z       # T0, with a timezone
@@ -597,7 +597,7 @@ class CommandOverride(_Model):
 class Scenario(_Model):
     name: str = pydantic.Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     playbook: str
-    expect: Literal["resolved", "refused"]
+    expect: Literal["resolved", "refused", "mitigated"]
     description: str
     start: pydantic.AwareDatetime
     onset: Offset | None = None  # what the scenario says; the report finds it from the metrics alone

@@ -28,7 +28,7 @@ def test_item5_every_unknown_param_is_named_at_once(tmp_path):
     assert result.stderr == (
         "Error: playbook oom-surge has no param workloda (from --param workloda); did you mean `workload`?\n"
         "playbook oom-surge has no param zzz (from --param zzz); its params: container, max_model_len_factor, "
-        "max_model_len_floor, namespace, observe, scale_to, workload\n")
+        "max_model_len_floor, namespace, observe, restore, restore_observe, scale_to, workload\n")
     assert _incidents(tmp_path / "state") == []
 
 

@@ -52,12 +52,19 @@ def test_oom_surge_holds_the_hpa_in_the_same_change_and_the_count_sticks():
     result = s.run(bundled_playbook("oom-surge", load_builtin()), AssumeYes("tester"))
     assert result.outcome == "resolved", result.reason
     ops = [m["op"] for m in s.world.mutations if m["op"] in ("set_autoscaler", "scale", "autoscaler_scaled")]
-    assert ops == ["set_autoscaler", "scale"]
+    # The hold, then the scale; the restore moves the hold with each replica and at the end gives it back.
+    assert ops == ["set_autoscaler", "scale"] + ["set_autoscaler", "scale"] * 2 + ["set_autoscaler"]
     applied = s.applied("scale-down")
     assert applied["summary"] == "scale statefulset/vllm-server 3 → 1, holding hpa/vllm-server at 1"
     assert applied["before"] == {"replicas": 3, "hpa/vllm-server": "minReplicas=2 maxReplicas=6"}
     assert applied["after"] == {"replicas": 1, "hpa/vllm-server": "minReplicas=1 maxReplicas=1"}
-    assert s.world.cluster.get_workload("llm", "statefulset", "vllm-server").replicas == 1
+    restored = s.applied("restore-capacity")
+    assert restored["before"] == {"replicas": 1, "hpa/vllm-server": "minReplicas=1 maxReplicas=1"}
+    assert restored["after"] == {"replicas": 3, "hpa/vllm-server": "minReplicas=2 maxReplicas=6"}
+    assert restored["result"]["hpa/vllm-server"] == "minReplicas=2 maxReplicas=6"
+    assert s.world.cluster.get_workload("llm", "statefulset", "vllm-server").replicas == 3
+    [hpa] = s.world.cluster.autoscalers("llm", "statefulset", "vllm-server")
+    assert (hpa.min_replicas, hpa.max_replicas) == (2, 6)  # given back as it was
 
 
 def test_a_rollback_releases_the_hpa():
@@ -80,8 +87,11 @@ def test_a_scaledobject_is_paused_at_the_target():
     result = s.run(bundled_playbook("oom-surge", load_builtin()), AssumeYes("tester"))
     assert result.outcome == "resolved", result.reason
     assert s.applied("scale-down")["after"]["scaledobject/vllm-server"].startswith("paused-replicas=1 ")
+    # Paused at each size on the way back, then unpaused as it was.
+    assert s.applied("restore-capacity")["after"]["scaledobject/vllm-server"].startswith("paused-replicas=none ")
     [so] = s.world.cluster.autoscalers("llm", "statefulset", "vllm-server")
-    assert so.paused_replicas == 1
+    assert so.paused_replicas is None
+    assert s.world.cluster.get_workload("llm", "statefulset", "vllm-server").replicas == 3
 
 
 @pytest.mark.parametrize("metadata, named", [

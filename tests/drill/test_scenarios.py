@@ -24,6 +24,7 @@ BUNDLED |= {"oom-surge-compose": "resolved", "zombie-process-compose": "resolved
 BUNDLED |= {"canary-rollback": "resolved", "canary-rollback-stable-unready": "refused"}  # SOP §7 (issue 16, item 3)
 BUNDLED |= {"disconnect-storm": "resolved", "prompt-truncation": "resolved"}  # from the logs (issue 16, item 2)
 BUNDLED |= {"oom-surge-at-floor": "resolved", "oom-surge-hpa": "resolved"}  # --max-model-len at its floor: the kill is the one restart (issue 16, item 9); an HPA held (item 8)
+BUNDLED |= {"oom-surge-capacity-returns-ooms": "mitigated"}  # the OOMs return at 3 replicas: capacity reduced (issue 34)
 BUNDLED |= {"latency-creep": "resolved", "latency-creep-water-line": "resolved"}  # P99 creeping up: one pod restarted, or the water line lowered (issue 16, item 2)
 VLLM = {"app": "vllm-server"}
 

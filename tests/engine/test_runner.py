@@ -18,6 +18,7 @@ from tests.engine.helpers import cluster, engine, playbook
 APPLIED_IN_ORDER = [ev.RUN_STARTED, ev.STEP_STARTED, ev.EVIDENCE, ev.STEP_FINISHED, ev.STEP_STARTED,
                     ev.ACTION_PLANNED, ev.GUARD_PASSED, ev.ACTION_CONFIRMED, ev.ACTION_APPLIED, ev.STEP_FINISHED,
                     ev.STEP_STARTED, ev.EVIDENCE, ev.VERIFY_PASSED, ev.STEP_FINISHED,
+                    ev.ESCALATED,  # 3 → 1 and nothing brings the replicas back: capacity reduced (issue 34)
                     ev.EVIDENCE,  # the signal's history around the incident, for the report's chart
                     ev.RUN_FINISHED]
 
@@ -38,7 +39,10 @@ def test_remediation_applied_after_confirmation(clock):
     result = e.run(playbook())
     events = e.journal.events()
     assert [x.type for x in events] == APPLIED_IN_ORDER
-    assert result.outcome == "resolved" and result.exit_code == 0
+    # Every step finished, but the playbook leaves a third of the replicas serving: mitigated, not resolved.
+    assert result.outcome == "mitigated" and result.exit_code == 5
+    assert result.reason == ("capacity reduced: llm/statefulset/vllm-server serves 1 of its 3 replicas. To restore it "
+                             "when it is safe: kubectl -n llm scale statefulset/vllm-server --replicas=3")
     assert c.get_workload("llm", "statefulset", "vllm-server").replicas == 1
     applied = next(x for x in events if x.type == ev.ACTION_APPLIED)
     assert applied.data["before"] == {"replicas": 3} and applied.data["after"] == {"replicas": 1}
@@ -114,7 +118,7 @@ def test_cooldown_holds_across_two_incidents(clock, tmp_path):
     c = cluster()
     state = tmp_path / "state"
     first = engine(clock, cluster_=c, state=state, incident="inc-1")
-    assert first.run(playbook(SCALE_ONLY, "{cooldown: 30m}")).outcome == "resolved"
+    assert first.run(playbook(SCALE_ONLY, "{cooldown: 30m}")).outcome == "mitigated"  # 3 → 1, left there
     first.journal.close()
     clock.advance(5 * 60)
     second = engine(clock, cluster_=c, state=state, incident="inc-2")
@@ -125,15 +129,16 @@ def test_cooldown_holds_across_two_incidents(clock, tmp_path):
     assert "5m ago" in refusal.data["reason"] and "25m left" in refusal.data["reason"]
     clock.advance(30 * 60)
     third = engine(clock, cluster_=c, state=state, incident="inc-3")
-    assert third.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 1}).outcome == "resolved"
+    assert third.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 1}).outcome == "mitigated"
 
 
 def test_hourly_budget_counts_every_incident(clock, tmp_path):
     c = cluster()
     state = tmp_path / "state"
-    for number, replicas in enumerate([2, 3], start=1):
+    # 3 → 2 leaves the workload short (mitigated); 2 → 3 is no reduction of the size that run began with.
+    for number, (replicas, outcome) in enumerate([(2, "mitigated"), (3, "resolved")], start=1):
         run = engine(clock, cluster_=c, state=state, incident=f"inc-{number}")
-        assert run.run(playbook(SCALE_ONLY, "{budget_per_hour: 2}"), params={"replicas": replicas}).outcome == "resolved"
+        assert run.run(playbook(SCALE_ONLY, "{budget_per_hour: 2}"), params={"replicas": replicas}).outcome == outcome
         clock.advance(60)
     third = engine(clock, cluster_=c, state=state, incident="inc-3")
     result = third.run(playbook(SCALE_ONLY, "{budget_per_hour: 2}"), params={"replicas": 2})
@@ -245,7 +250,7 @@ def test_a_damaged_journal_line_that_may_be_a_change_refuses_instead_of_skipping
     c = cluster()
     state = tmp_path / "state"
     first = engine(clock, cluster_=c, state=state, incident="inc-1")
-    assert first.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 2}).outcome == "resolved"
+    assert first.run(playbook(SCALE_ONLY, "{cooldown: 30m}"), params={"replicas": 2}).outcome == "mitigated"
     path = state / "incidents" / "inc-1" / "journal.jsonl"
     lines = path.read_bytes().split(b"\n")
     applied = next(i for i, line in enumerate(lines) if b'"action.applied"' in line)

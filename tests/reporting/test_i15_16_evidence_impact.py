@@ -55,14 +55,19 @@ def test_16_each_evidence_appears_once_in_the_body(tmp_path):
     text = render(events, with_charts=False).text
     body = text.split("## Appendix", 1)[0]
     for item in build_context(events)["evidence"]:
-        assert body.count(item["title"]) == 1, item["title"]
+        # (the observe step's title is the start of the restore's, "… at 2 replicas": not counted as it)
+        assert len(re.findall(re.escape(item["title"]) + r"(?! at \d+ replicas)", body)) == 1, item["title"]
     # The peaks are the impact's; the root cause does not repeat them.
     assert "peaked at" not in section(text, "Root cause")
 
 
 def test_16_verification_readings_read_as_stretches(tmp_path):
     events = drill_events("oom-surge", tmp_path)
-    [verification] = [e for e in build_context(events)["evidence"] if e["title"].startswith("verification of")]
+    evidence = build_context(events)["evidence"]
+    [verification] = [e for e in evidence if e["title"] == "verification of oom_failures_per_min < 1"]
+    # The restore's own, one per size it came back to (issue 34).
+    assert [e["title"] for e in evidence if e["title"].startswith("verification of oom_failures_per_min < 1 at")] == [
+        "verification of oom_failures_per_min < 1 at 2 replicas", "verification of oom_failures_per_min < 1 at 3 replicas"]
     lines = verification["text"].splitlines()
     assert len(lines) == 2, lines
     assert re.match(r"03:12:07–03:12:52 +6 +does not hold \(4 readings\)", lines[0]), lines[0]

@@ -55,6 +55,13 @@ steps:
     with: {signal: oom_failures_per_min, below: 1, for: 2m, within: 5m, interval: 15s}
     on_fail: rollback
 """
+# PLAYBOOK, with the replicas brought back once the fix holds: a run of it can end resolved (issue 34).
+RESTORING = PLAYBOOK + """  - id: restore-capacity
+    uses: k8s.restore_scale
+    with: {target: "{{ params.workload }}", namespace: "{{ params.namespace }}",
+           before: "{{ steps['scale-down'].result.before }}", signal: oom_failures_per_min, below: 1, for: 1m}
+    guard: {recheck: false}
+"""
 
 
 def playbook(text: str = PLAYBOOK):

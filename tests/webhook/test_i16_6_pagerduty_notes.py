@@ -21,7 +21,8 @@ from runbook.webhook import pagerduty_notes
 from runbook.webhook.settings import PagerDutyNotes, Policy, RouteRule, WebhookConfig, load_secrets
 from runbook.webhook.store import IncidentRow
 from tests.conftest import reference_text
-from tests.webhook.helpers import OPERATOR_TOKEN, journal, pd_event, pd_headers, request, secrets, serve
+from tests.webhook.helpers import (OPERATOR_TOKEN, RESTORING, journal, pd_event, pd_headers, playbook, request, secrets,
+                                   serve)
 from tests.webhook.pagerduty_api import FROM, TOKEN, FakePagerDuty
 
 
@@ -150,14 +151,29 @@ def test_a_lost_answer_is_looked_for_before_sending_again(state, pd):
 
 
 def test_resolving_is_a_config_choice(state, pd):
-    policy = Policy(unattended={"test-oom": ["scale-down"]})  # the run applies and resolves
-    with serve(state, config=config(pd, policy=policy, resolve=True), secrets_=with_token()) as srv:
+    # the run applies its fix, then brings the replicas back: resolved
+    policy = Policy(unattended={"test-oom": ["scale-down", "restore-capacity"]})
+    with serve(state, config=config(pd, policy=policy, resolve=True), secrets_=with_token(),
+               playbooks=[playbook(RESTORING)]) as srv:
         incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
     assert pd.violations == []
     [note] = pd.posted("PGR0VU2")
     assert "ended RESOLVED" in note["content"] and "applied: scale-down" in note["content"]
+    assert "applied: restore-capacity (k8s.restore_scale): restored statefulset/vllm-server 1 → 3" in note["content"]
     assert pd.resolved == ["PGR0VU2"]
     assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "resolved"]
+
+
+def test_a_run_that_leaves_capacity_reduced_does_not_resolve_and_says_how_to_restore(state, pd):
+    policy = Policy(unattended={"test-oom": ["scale-down"]})  # scaled down, never brought back
+    with serve(state, config=config(pd, policy=policy, resolve=True), secrets_=with_token()) as srv:
+        incident = deliver(srv, pd_event()).body["alerts"][0]["incident"]
+    [note] = pd.posted("PGR0VU2")
+    assert "ended MITIGATED" in note["content"]
+    assert "llm/statefulset/vllm-server serves 1 of its 3 replicas" in note["content"]
+    assert "kubectl -n llm scale statefulset/vllm-server --replicas=3" in note["content"]
+    assert pd.resolved == []  # a person must finish it
+    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted"]
 
 
 def test_an_approved_change_gets_its_own_note_once(state, pd):
@@ -171,10 +187,11 @@ def test_an_approved_change_gets_its_own_note_once(state, pd):
         assert srv.service.notes.wait_idle(20)
     first, second = pd.posted("PGR0VU2")
     assert "ended PROPOSED" in first["content"]
-    assert "ended RESOLVED" in second["content"] and "applied: scale-down" in second["content"]
-    assert pd.resolved == ["PGR0VU2"]  # the approved run resolved it; the proposing run did not
-    assert [m for m, _ in pd.requests] == ["POST", "POST", "PUT"]
-    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "posted", "resolved"]
+    # The approved run applied it and left the workload scaled down: mitigated, so not resolved.
+    assert "ended MITIGATED" in second["content"] and "applied: scale-down" in second["content"]
+    assert pd.resolved == []
+    assert [m for m, _ in pd.requests] == ["POST", "POST"]
+    assert [e.data["pagerduty"]["state"] for e in pd_notes(state, incident)] == ["posted", "posted"]
 
 
 def test_a_restart_does_not_post_twice(state, pd):

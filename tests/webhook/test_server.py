@@ -223,7 +223,8 @@ def test_approval_re_checks_and_applies_in_the_operators_name(state):
         approval_run = applied[0].run
         passed = [e for e in events if e.run == approval_run and e.type == ev.GUARD_PASSED]
         assert passed and any(g["guard"] == "recheck" for g in passed[0].data["guards"])
-        assert events[-1].type == ev.RUN_FINISHED and events[-1].data["outcome"] == "resolved"
+        # scaled down and left there by this playbook: mitigated, capacity reduced (issue 34)
+        assert events[-1].type == ev.RUN_FINISHED and events[-1].data["outcome"] == "mitigated"
 
 
 def test_proposals_expire(state):
@@ -261,7 +262,7 @@ def test_unattended_policy_applies_without_a_human(state):
         applied = [e for e in journal(state, incident) if e.type == ev.ACTION_APPLIED]
         assert [a.data["by"] for a in applied] == ["webhook policy (unattended)"]
         assert c.mutations == [("scale", "statefulset/vllm-server", 3, 1)]
-        assert srv.service.store.incident(incident).outcome == "resolved"
+        assert srv.service.store.incident(incident).outcome == "mitigated"  # scaled down, not brought back
 
 
 def test_kill_switch_stops_every_change_and_approval(state):
