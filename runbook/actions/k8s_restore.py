@@ -18,7 +18,7 @@ from runbook.actions import base, fields, flow
 from runbook.actions.base import Capacity, Plan, StepContext
 from runbook.actions.k8s_changes import _set_autoscaler, restore_commands
 from runbook.backends.base import Autoscaler
-from runbook.errors import InvalidInput
+from runbook.errors import InvalidInput, StalePlan
 from runbook.model.duration import Duration, format_duration
 from runbook.model.registry import ActionParams, Kind, action
 
@@ -119,7 +119,15 @@ def restore_scale(ctx: StepContext, p: RestoreParams) -> Plan:
                                                   "for": p.for_, "within": p.for_ + 5 * p.interval,
                                                   "interval": p.interval})
         for replicas in range(start + 1, goal + 1):
-            move_to(size, replicas)
+            try:
+                move_to(size, replicas)
+            except StalePlan as exc:
+                if replicas == start + 1:
+                    raise  # nothing changed yet: the engine plans the restore again from what is there now
+                # Someone else moved it mid-way: what this restore did is kept, and it stops, saying so.
+                stopped = f"at {replicas} replicas: {exc}; left at {size}"
+                steps.append({"replicas": replicas, "kept": False, "why": str(exc)})
+                break
             why = ready_at(replicas)
             if why is None:
                 checked = flow.verify_condition(ctx, quiet, where=f" at {replicas} replicas")

@@ -82,7 +82,6 @@ class AppliedAction:
     applied: bool  # False: planned only (dry run)
     rollback: Callable[[], dict[str, Any]] | None = dataclasses.field(default=None, compare=False, repr=False)
     rolled_back: bool = False
-    capacity: Capacity | None = None  # the serving capacity it left: `after` is the size the apply reached
 
     def to_json(self) -> dict[str, Any]:
         return {"step": self.step, "action": self.action, "target": self.target, "before": self.before,
@@ -184,35 +183,38 @@ class Engine:
             return RunResult(self.journal.incident, self.journal.run, playbook.name, "failed", why,
                              tuple(steps), tuple(actions))
         if outcome == "resolved":
-            outcome, reason = self._capacity_left(outcome, reason, actions)
+            outcome, reason = self._capacity_left(outcome, reason)
         return self._finish(playbook, outcome, reason, steps, actions)
 
-    def _capacity_left(self, outcome: str, reason: str, actions: list[AppliedAction]) -> tuple[str, str]:
+    def _capacity_left(self, outcome: str, reason: str) -> tuple[str, str]:
         """A run whose steps all finished but that leaves a workload with fewer replicas than the incident
-        began with has mitigated it, not resolved it: say so, how far short, and how to put it back."""
-        began: dict[str, Capacity] = {}
-        left: dict[str, int] = {}
-        stopped: dict[str, str] = {}
-        for applied in actions:
-            capacity = applied.capacity
-            if capacity is None or not applied.applied:
-                continue
-            began.setdefault(capacity.target, capacity)
-            left[capacity.target] = capacity.before if applied.rolled_back else capacity.after
-            if capacity.stopped and not applied.rolled_back:
-                stopped[capacity.target] = capacity.stopped
-        short = [(began[t], left[t]) for t in began if left[t] < began[t].before]
+        began with has mitigated it, not resolved it: say so, how far short, and how to put it back.
+
+        Read from the incident's whole journal, so that a change an earlier run of it applied (one
+        recovered after a crash, or proposed there and approved in this one) counts as well."""
+        began: dict[str, dict[str, Any]] = {}
+        left: dict[str, tuple[int, str | None]] = {}
+        by_step: dict[tuple[str, str | None], dict[str, Any]] = {}
+        for event in self.journal.events():
+            capacity = event.data.get("capacity") if event.type in (ev.ACTION_APPLIED, ev.ACTION_UNKNOWN) else None
+            if isinstance(capacity, dict):
+                began.setdefault(capacity["target"], capacity)
+                left[capacity["target"]] = (capacity["after"], capacity.get("stopped"))
+                by_step[(event.run, event.step)] = capacity
+            elif event.type == ev.ROLLBACK_APPLIED and (event.run, event.step) in by_step:
+                undone = by_step[(event.run, event.step)]
+                left[undone["target"]] = (undone["before"], None)
+        short = [(began[t], left[t]) for t in began if left[t][0] < began[t]["before"]]
         if not short:
             return outcome, reason
-        told = "; ".join(f"{c.target} serves {now} of its {c.before} replicas"
-                         + (f" (its restore stopped {stopped[c.target]})" if c.target in stopped else "")
-                         for c, now in short)
-        commands = [command for c, _ in short for command in c.restore]
+        told = "; ".join(f"{c['target']} serves {now} of its {c['before']} replicas"
+                         + (f" (its restore stopped {stopped})" if stopped else "") for c, (now, stopped) in short)
+        commands = [command for c, _ in short for command in c.get("restore", ())]
         why = (f"capacity reduced: {told}. To restore it when it is safe: " + " && ".join(commands)) if commands else \
             f"capacity reduced: {told}"
         self._record(ev.ESCALATED, self.clock.now(), data={
-            "reason": why, "capacity": [{"target": c.target, "before": c.before, "now": now, "restore": list(c.restore)}
-                                        for c, now in short]})
+            "reason": why, "capacity": [{"target": c["target"], "before": c["before"], "now": now,
+                                         "restore": list(c.get("restore", ()))} for c, (now, _) in short]})
         return "mitigated", why
 
     def _run_steps(self, playbook: Playbook, base: dict[str, Any], merged: dict[str, Any], given: dict[str, Any],
@@ -474,7 +476,7 @@ class Engine:
                                  {"error": type(exc).__name__}, now)
             data = {"action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
                     "after": plan.after, "diff": plan.diff(), "reversible": plan.rollback is not None,
-                    "dry_run": self.dry_run}
+                    "dry_run": self.dry_run, **_capacity_data(plan.capacity)}
             if because:
                 data["replanned_because"] = because
             self._record(ev.ACTION_PLANNED, self.clock.now(), step=step.id, data=data)
@@ -648,24 +650,23 @@ class Engine:
             self._record(ev.ACTION_UNKNOWN, applied_at, step=step.id, data={
                 "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
                 "after": plan.after, "by": by, "error": error,
-                "why": "the apply raised after it may have changed the target; counted as applied"})
+                "why": "the apply raised after it may have changed the target; counted as applied",
+                **_capacity_data(plan.capacity)})
             self._remember_application(plan, action, applied_at)
-            unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback,
-                                    capacity=plan.capacity)
+            unknown = AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback)
             actions.append(unknown)
             self._rollback_actions(step.id, actions, only=unknown)
             return self._end(step, kind, "failed", f"applying may have failed: {error}",
                              {**view(plan), "outcome_unknown": True}, now)
-        self._record(ev.ACTION_APPLIED, applied_at, step=step.id, data={
-            "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
-            "after": plan.after, "by": by, "result": result})
-        self._remember_application(plan, action, applied_at)
         capacity = plan.capacity
         if capacity is not None and isinstance(result, dict) and isinstance(result.get("replicas"), int):
             # where an apply stopped short, and why
             capacity = dataclasses.replace(capacity, after=result["replicas"], stopped=result.get("stopped") or None)
-        actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback,
-                                     capacity=capacity))
+        self._record(ev.ACTION_APPLIED, applied_at, step=step.id, data={
+            "action": action, "target": plan.target, "summary": plan.summary, "before": plan.before,
+            "after": plan.after, "by": by, "result": result, **_capacity_data(capacity)})
+        self._remember_application(plan, action, applied_at)
+        actions.append(AppliedAction(step.id, action, plan.target, plan.before, plan.after, by, True, plan.rollback))
         # An apply that went differently from its plan (a restore that stopped short) says how, in its summary.
         said = result.get("summary") if isinstance(result, dict) and isinstance(result.get("summary"), str) else None
         return self._end(step, kind, "changed", said or plan.summary,
@@ -736,6 +737,14 @@ class Engine:
 
     def _escalate(self, step: Step, reason: str) -> None:
         self._record(ev.ESCALATED, self.clock.now(), step=step.id, data={"reason": reason})
+
+
+def _capacity_data(capacity: Capacity | None) -> dict[str, Any]:
+    """The journal's record of the serving capacity a change left (read back by `_capacity_left`)."""
+    if capacity is None:
+        return {}
+    return {"capacity": {"target": capacity.target, "before": capacity.before, "after": capacity.after,
+                         "restore": list(capacity.restore), "stopped": capacity.stopped}}
 
 
 class _null_lock:

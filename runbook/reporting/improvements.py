@@ -33,12 +33,25 @@ def _said_by(item: str, earlier: str) -> bool:
 def prefilled(applied: Sequence[ev.Event]) -> list[str]:
     """What each applied change leaves to do once the incident is over."""
     out = []
+    began: dict[str, dict] = {}
+    now: dict[str, int] = {}
+    for e in applied:
+        capacity = e.data.get("capacity")
+        if isinstance(capacity, dict):
+            began.setdefault(capacity["target"], capacity)
+            now[capacity["target"]] = capacity["after"]
     for e in applied:
         action, after, target = e.data.get("action"), e.data.get("after") or {}, e.data.get("target")
         if action == "k8s.set_arg":
             for flag, value in after.items():
                 out.append(f"Make `{flag}` {value} permanent in the manifest of {target} (it was patched live)")
-        elif action == "k8s.scale":
+        elif action == "k8s.scale" and target in began and now[target] < began[target]["before"]:
+            # Still short when the run ended (issue 34): the commands that finish it.
+            commands = " && ".join(f"`{c}`" for c in began[target].get("restore", ()))
+            out.append(f"Bring {target} back to its {began[target]['before']} replicas once it is safe (it serves "
+                       f"{now[target]})" + (f": {commands}" if commands else ""))
+            began.pop(target)
+        elif action == "k8s.scale" and "capacity" not in e.data:
             out.append(f"Scale {target} back to its normal replica count once stable (now {after.get('replicas')})")
         elif action == "k8s.delete_pod":
             out.append(f"Find why {', '.join(e.data.get('before', {}).get('pods', []))} hung (see the evidence)")

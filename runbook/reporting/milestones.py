@@ -1,4 +1,5 @@
-"""The postmortem's milestones: onset, detected, acknowledged, first action, mitigated, resolved.
+"""The postmortem's milestones: onset, detected, acknowledged, first action, mitigated, capacity restored
+(where a change took capacity), resolved.
 
 Each is read from the journal (the onset and the clearing from the alert's condition as the metrics
 recorded it), so in a drill they are the scenario's virtual times; the times to detect, mitigate
@@ -16,7 +17,7 @@ from runbook.model.duration import format_duration
 from runbook.reporting.condition import Condition
 from runbook.reporting.times import clock as _clock, relative as _relative
 
-NAMES = ("onset", "detected", "acknowledged", "first action", "mitigated", "resolved")
+NAMES = ("onset", "detected", "acknowledged", "first action", "mitigated", "capacity restored", "resolved")
 # time to … : from the onset to this milestone
 SPANS = (("detect", "detected"), ("mitigate", "mitigated"), ("resolve", "resolved"))
 
@@ -53,6 +54,25 @@ def _mitigated(events: Sequence[ev.Event], condition: Condition | None, onset: d
     return None, "no record of the condition clearing"
 
 
+def _capacity_restored(events: Sequence[ev.Event]) -> tuple[dt.datetime | None, str] | None:
+    """When the replicas a change took were all back (the restore's step finished), or why not; None
+    where no change took capacity (issue 34)."""
+    took = [e for e in events if e.type == ev.ACTION_APPLIED and isinstance(e.data.get("capacity"), dict)
+            and e.data["capacity"]["after"] < e.data["capacity"]["before"]]
+    if not took:
+        return None
+    short = [c for e in events if e.type == ev.ESCALATED for c in e.data.get("capacity") or []]
+    if short:
+        return None, "; ".join(f"not restored: {c['target']} serves {c['now']} of its {c['before']} replicas"
+                               for c in short)
+    restores = [e for e in events if e.type == ev.ACTION_APPLIED and (e.data.get("result") or {}).get("restored")]
+    if not restores:
+        return None, "no record of the replicas coming back"
+    last = restores[-1]
+    done = next((e for e in events if e.type == ev.STEP_FINISHED and e.step == last.step and e.seq > last.seq), last)
+    return done.at, f"{last.data['capacity']['target']} back at {last.data['capacity']['after']} replicas"
+
+
 def build(events: Sequence[ev.Event], condition: Condition | None,
           origin: dt.datetime) -> tuple[list[dict[str, Any]], dict[str, str], str]:
     """(milestone rows, {"detect"|"mitigate"|"resolve": duration}, what they are measured from)."""
@@ -73,7 +93,7 @@ def build(events: Sequence[ev.Event], condition: Condition | None,
     mitigated, mitigated_note = _mitigated(events, condition, onset, detected)
     outcome = finished[-1].data.get("outcome") if finished else None
     resolved = finished[-1].at if finished and outcome == "resolved" else None
-    moments: dict[str, tuple[dt.datetime | None, str]] = {
+    moments: dict[str, tuple[dt.datetime | None, str] | None] = {
         "onset": (onset, onset_note),
         "detected": (detected, detected_note),
         "acknowledged": ((started.at, f"{started.data.get('holder') or 'runbook'} took the incident")
@@ -81,17 +101,18 @@ def build(events: Sequence[ev.Event], condition: Condition | None,
         "first action": ((applied.at, str(applied.data.get("summary") or applied.data.get("action")))
                          if applied else (None, "nothing was applied")),
         "mitigated": (mitigated, mitigated_note),
+        "capacity restored": _capacity_restored(events),
         "resolved": ((resolved, "the run ended resolved") if resolved else
                      (None, f"not resolved: the run ended {outcome}" if outcome else "the run did not finish")),
     }
     rows = [{"name": name, "at": at, "clock": _clock(at) if at else "—",
              "relative": _relative(at, origin) if at else "—", "note": note}
-            for name, (at, note) in ((n, moments[n]) for n in NAMES)]
+            for name, (at, note) in ((n, moments[n]) for n in NAMES if moments[n] is not None)]
     # Without an onset, the alert is the earliest moment known: time to detect is then unknown.
     start, since = (onset, "the onset") if onset is not None else (detected, "the alert (the onset is unknown)")
     durations = {}
     for span, name in SPANS:
-        at = moments[name][0]
+        at = moments[name][0]  # type: ignore[index]
         if start is not None and at is not None and at >= start and not (span == "detect" and onset is None):
             durations[span] = format_duration((at - start).total_seconds())
     return rows, durations, since

@@ -14,7 +14,7 @@ from runbook.reporting.times import clock
 
 ENDINGS = {"refused": "was refused", "failed": "failed", "rolled_back": "failed and was rolled back",
            "escalated": "was escalated to a human", "proposed": "stopped at a change left for a human to approve",
-           "interrupted": "was interrupted", "unfinished": "did not finish"}
+           "interrupted": "was interrupted", "unfinished": "did not finish", "mitigated": "mitigated the incident"}
 
 
 def _sentence(text: str) -> str:
@@ -39,8 +39,10 @@ def write(events: Sequence[ev.Event], *, moments: Mapping[str, dt.datetime | Non
     if hints:
         parts.append(_sentence(f"Likely cause (the playbook's first suspect): {hints[0]}"))
     if applied:
-        before = [e for e in applied if mitigated is None or e.at <= mitigated]
-        fix = (before or applied)[-1]
+        # A restore of the capacity the fix took is not the fix (issue 34).
+        fixes = [e for e in applied if e.data.get("action") != "k8s.restore_scale"] or applied
+        before = [e for e in fixes if mitigated is None or e.at <= mitigated]
+        fix = (before or fixes)[-1]
         others = [e for e in applied if e is not fix]
         line = f"Fix: {fix.data.get('summary')}"
         if others:

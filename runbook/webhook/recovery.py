@@ -129,6 +129,8 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
                 # Recorded as applied so that cooldowns, budgets and this recovery count it once.
                 journal.record(ev.ACTION_APPLIED, at=now, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
+                    # the serving capacity it left, as planned: the resumed run's outcome counts it (issue 34)
+                    **({"capacity": planned.data["capacity"]} if "capacity" in planned.data else {}),
                     "by": RECOVERED_BY, "recovered": True})
                 _share(runs, journal, row, planned, now)
             if verdict in IN_DOUBT and planned is not None:
@@ -138,6 +140,7 @@ def recover(runs: Runs, row: IncidentRow, book: Playbook) -> dict[str, str] | No
                 counted_at = max(now, max((e.at for e in events if e.run == run), default=now))
                 journal.record(ev.ACTION_UNKNOWN, at=counted_at, step=planned.step, data={
                     **{k: planned.data.get(k) for k in ("action", "target", "summary", "before", "after")},
+                    **({"capacity": planned.data["capacity"]} if "capacity" in planned.data else {}),
                     "by": IN_DOUBT_BY, "recovered": True, "error": why,
                     "why": "interrupted while being applied; counted as applied"})
                 _share(runs, journal, row, planned, counted_at)

@@ -18,6 +18,7 @@ import datetime as dt
 import http.server
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,17 @@ AUTOSCALER_KINDS = {"hpa": ("autoscaling/v2", "HorizontalPodAutoscaler"), "scale
                                                                                               "ScaledObject")}
 VLLM_PORT = 8000  # what the playbooks probe unless told otherwise
 LOG_HISTORY = dt.timedelta(hours=1)  # of each container's log, written before the run
+PACE = 0.2  # wall-time seconds each virtual sleep of a run on the plane waits at most
+
+
+class PacedClock(FakeClock):
+    """The scenario's virtual time, whose every sleep also gives the real controllers and kwok up to
+    PACE seconds of wall time: they move on wall time, and a wait for them (a replica coming ready
+    after a scale) must let them move."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(seconds)
+        time.sleep(min(max(seconds, 0.0), PACE))
 
 
 class PodOracle:
@@ -259,7 +271,7 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
     """`scenario` (default: the drill's) laid on the plane, its world on `clock` (default: virtual
     time from the scenario's start, which the run's Prometheus reads are made at)."""
     scenario = scenario or played.scenario
-    clock = clock or FakeClock(scenario.t0)
+    clock = clock or PacedClock(scenario.t0)
     world = build_world(scenario, clock)
     state = world.state
     namespaces = tuple(sorted({w.namespace for w in state.workloads.values()} | {p.namespace for p in state.pods.values()}))

@@ -177,17 +177,22 @@ def test_oom_surge_scales_down_and_the_controller_rolls_the_last_pod_with_the_lo
     changes = [w for w in writes(plane, since) if w[1] not in ("leases", "configmaps")]
     assert changes == [("patch", "statefulsets/scale", "vllm-server", True),
                        ("patch", "statefulsets/scale", "vllm-server", False),
-                       ("patch", "statefulsets", "vllm-server", True), ("patch", "statefulsets", "vllm-server", False)]
+                       ("patch", "statefulsets", "vllm-server", True), ("patch", "statefulsets", "vllm-server", False),
+                       # the restore: its first step as a dry run, then a replica at a time (issue 34)
+                       ("patch", "statefulsets/scale", "vllm-server", True),
+                       ("patch", "statefulsets/scale", "vllm-server", False),
+                       ("patch", "statefulsets/scale", "vllm-server", False)]
     assert [pod for pod, command in execs(plane, since) if command == "kill"] == []
     # The rollout of the lowered value is the one restart (issue 16, item 9): one new vllm-server-0.
     assert made_by_controller(plane, since, "vllm-server-0") == 1
-    assert done["spec"]["replicas"] == 1
+    # The capacity came back: three replicas again, each made by the controller with the lowered limit.
+    assert done["spec"]["replicas"] == 3
     args = done["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--max-model-len=6635" in args
-    (pod,) = objects.ready_pods(plane, "llm", {"app": "vllm-server"})
-    assert pod["metadata"]["name"] == "vllm-server-0"
-    assert pod["metadata"]["uid"] != before["vllm-server-0"]  # the StatefulSet controller replaced it
-    assert "--max-model-len=6635" in pod["spec"]["containers"][0]["args"]
+    pods = {p["metadata"]["name"]: p for p in objects.ready_pods(plane, "llm", {"app": "vllm-server"})}
+    assert sorted(pods) == ["vllm-server-0", "vllm-server-1", "vllm-server-2"]
+    assert all(p["metadata"]["uid"] != before[name] for name, p in pods.items())  # none of them the old pods
+    assert all("--max-model-len=6635" in p["spec"]["containers"][0]["args"] for p in pods.values())
     history = json.loads(plane.kubectl("get", "controllerrevisions", "-n", "llm", "-o", "json").stdout)["items"]
     assert len(history) == 2  # the rollout's two revisions, as `kubectl rollout history` lists them
 
@@ -197,10 +202,14 @@ def test_at_the_floor_the_kill_is_the_one_restart_and_nothing_is_rolled_out(plan
     drill, result, events, since = replay("oom-surge-at-floor")
     assert story(events) == story(drill.events)
     assert result.outcome == "resolved", result.reason
-    assert [e.step for e in events if e.type == "action.applied"] == ["scale-down", "kill-server"]
+    assert [e.step for e in events if e.type == "action.applied"] == ["scale-down", "kill-server", "restore-capacity"]
     changes = [w for w in writes(plane, since) if w[1] not in ("leases", "configmaps")]
     assert changes == [("patch", "statefulsets/scale", "vllm-server", True),
-                       ("patch", "statefulsets/scale", "vllm-server", False)]  # no statefulsets patch: no rollout
+                       ("patch", "statefulsets/scale", "vllm-server", False),  # no statefulsets patch: no rollout
+                       # the restore: its first step as a dry run, then a replica at a time (issue 34)
+                       ("patch", "statefulsets/scale", "vllm-server", True),
+                       ("patch", "statefulsets/scale", "vllm-server", False),
+                       ("patch", "statefulsets/scale", "vllm-server", False)]
     assert [pod for pod, command in execs(plane, since) if command == "kill"] == ["vllm-server-0"]
     assert made_by_controller(plane, since, "vllm-server-0") == 0  # the pod stays; its process restarts
 
@@ -215,7 +224,9 @@ def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, l
     assert result.outcome == drill.result.outcome
     # Held first, then scaled: the HPA's controller never scales it back (it writes no scale at all).
     real = [w[:3] for w in writes(plane, since, dry=False) if w[1] in ("horizontalpodautoscalers", "statefulsets/scale")]
-    assert real == [("patch", "horizontalpodautoscalers", "vllm-server"), ("patch", "statefulsets/scale", "vllm-server")]
+    hold, scale = ("patch", "horizontalpodautoscalers", "vllm-server"), ("patch", "statefulsets/scale", "vllm-server")
+    # Held, then scaled; on the way back the hold moves before each replica, and at 3 it is given back.
+    assert real == [hold, scale, hold, scale, hold, scale, hold]
     scaled_back = [e for e in plane.audit("llm")[since:] if _resource(e) in ("statefulsets/scale", "statefulsets")
                    and e["verb"] in WRITES and e["user"]["username"] != RUNBOOK]
     assert scaled_back == []
@@ -224,9 +235,9 @@ def test_oom_surge_holds_the_real_hpa_so_it_does_not_scale_back(plane, played, l
         f"minReplicas={hpa_before['spec']['minReplicas']} maxReplicas={hpa_before['spec']['maxReplicas']}"
     assert applied.data["after"]["hpa/vllm-server"] == "minReplicas=1 maxReplicas=1"
     (hpa,) = json.loads(plane.kubectl("get", "hpa", "-n", "llm", "-o", "json").stdout)["items"]
-    held = drill.world.cluster.autoscalers_of.items[("llm", "hpa", hpa["metadata"]["name"])]
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (held.min_replicas, held.max_replicas)
-    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) != (hpa_before["spec"]["minReplicas"],
+    given_back = drill.world.cluster.autoscalers_of.items[("llm", "hpa", hpa["metadata"]["name"])]
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (given_back.min_replicas, given_back.max_replicas)
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (hpa_before["spec"]["minReplicas"],
                                                                         hpa_before["spec"]["maxReplicas"])
     done = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
     assert done["spec"]["replicas"] == drill.world.state.workloads[("llm", "statefulset", "vllm-server")].replicas

@@ -28,6 +28,7 @@ def test_runbook_run_oom_surge_yes_on_the_real_plane(plane, oracle, tmp_path):
         env = {**os.environ, "RUNBOOK_STATE_DIR": str(state)}
         env.pop("RUNBOOK_CONFIG", None)
         done = subprocess.run([sys.executable, "-m", "runbook", "run", "oom-surge", "--yes", "-p", f"observe={OBSERVE}",
+                               "-p", f"restore_observe={OBSERVE}",
                                "--config", str(laid.config), "--output", "json"],
                               capture_output=True, text=True, env=env, timeout=240)
         settled = objects.settled(plane, "llm", "statefulset", "vllm-server", timeout=120)
@@ -37,6 +38,7 @@ def test_runbook_run_oom_surge_yes_on_the_real_plane(plane, oracle, tmp_path):
     assert (done.returncode, events[-1].type) == (0, "run.finished"), done.stderr[-3000:]
     assert json.loads(done.stdout)["outcome"] == "resolved"
     applied = [e.step for e in events if e.type == "action.applied"]
-    assert applied == ["scale-down", "lower-max-model-len"]  # one restart (issue 16, item 9)
-    assert settled["spec"]["replicas"] == 1
+    # one restart (issue 16, item 9), then the replicas back (issue 34)
+    assert applied == ["scale-down", "lower-max-model-len", "restore-capacity"]
+    assert settled["spec"]["replicas"] == 3
     assert "--max-model-len=6635" in settled["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -20,7 +20,7 @@ from tests.webhook.helpers import am_group
 
 PLAYBOOKS = serving.ROOT / "playbooks"
 FIX_LANDS_AFTER = 20.0  # seconds from writing the data: after the run's remediations, before its verification
-REMEDIATIONS = ["scale-down", "lower-max-model-len", "kill-server"]
+REMEDIATIONS = ["scale-down", "lower-max-model-len", "kill-server", "restore-capacity"]
 
 
 def test_runbook_serve_runs_oom_surge_from_a_delivery_on_the_real_plane(plane, oracle, tmp_path):
@@ -29,7 +29,8 @@ def test_runbook_serve_runs_oom_surge_from_a_delivery_on_the_real_plane(plane, o
             drill, laid, config):
         config["webhook"] = {
             "workers": 1, "sweep_interval": "1s",
-            "routes": [{"playbook": "oom-surge", "alertname": "VllmOomSurge", "params": {"observe": "10s"}}],
+            "routes": [{"playbook": "oom-surge", "alertname": "VllmOomSurge", "params": {"observe": "10s",
+                                                                                         "restore_observe": "10s"}}],
             "policy": {"unattended": {"oom-surge": REMEDIATIONS}}}
         (tmp_path / "runbook.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
         # This server serves the bundled oom-surge alone: the others need what it is not given (an SSH inventory).
@@ -55,9 +56,9 @@ def test_runbook_serve_runs_oom_surge_from_a_delivery_on_the_real_plane(plane, o
     log = replica.log.read_text(errors="replace")[-3000:]
     assert events[-1].data["outcome"] == drill.result.outcome == "resolved", log
     applied = [e.step for e in events if e.type == ev.ACTION_APPLIED]
-    assert applied == [e.step for e in drill.events if e.type == ev.ACTION_APPLIED] == ["scale-down",
-                                                                                         "lower-max-model-len"]
-    assert [e.data["by"] for e in events if e.type == ev.ACTION_APPLIED] == ["webhook policy (unattended)"] * 2, log
-    # The real controller rolled the one replica left with the lowered limit.
-    assert done["spec"]["replicas"] == 1
+    assert applied == [e.step for e in drill.events if e.type == ev.ACTION_APPLIED] == [
+        "scale-down", "lower-max-model-len", "restore-capacity"]
+    assert [e.data["by"] for e in events if e.type == ev.ACTION_APPLIED] == ["webhook policy (unattended)"] * 3, log
+    # The real controller rolled the lowered limit out, and made the replicas brought back with it.
+    assert done["spec"]["replicas"] == 3
     assert "--max-model-len=6635" in done["spec"]["template"]["spec"]["containers"][0]["args"]
