@@ -30,6 +30,8 @@ class RestoreParams(ActionParams):
     target: fields.WorkloadRef
     # The scale-down's `before`, as its step's result has it: {replicas: 3, hpa/vllm-server: "minReplicas=3 …"}.
     before: dict[str, Any]
+    # The scale-down's `after`: in a dry run, where the scale-down would have left it (nothing moved).
+    after: dict[str, Any] | None = None
     signal: fields.SignalName
     labels: fields.PromLabels = {}
     below: float
@@ -77,7 +79,9 @@ def restore_scale(ctx: StepContext, p: RestoreParams) -> Plan:
     kind, name = base.parse_workload(p.target)
     goal = p.before["replicas"]
     workload = ctx.cluster.get_workload(namespace, kind, name)
-    start = workload.replicas
+    # A dry run's scale-down changed nothing: the restore is planned from where it would have left it.
+    rehearsed = ctx.dry_run and p.after is not None and isinstance(p.after.get("replicas"), int)
+    start = p.after["replicas"] if rehearsed else workload.replicas  # type: ignore[index]
     now_held = {a.ref: a for a in ctx.cluster.autoscalers(namespace, kind, name)}
     refs = [key for key in p.before if key != "replicas"]
     missing = [ref for ref in refs if ref not in now_held]
@@ -112,7 +116,8 @@ def restore_scale(ctx: StepContext, p: RestoreParams) -> Plan:
 
     def apply(dry_run: bool) -> dict:
         if dry_run:
-            move_to(start, start + 1, dry_run=True)  # what the first step sends; the rest are the same shape
+            if not rehearsed:  # what the first step sends; the rest are the same shape
+                move_to(start, start + 1, dry_run=True)
             return {}
         size, steps, stopped = start, [], None
         quiet = flow.VerifyParams.model_validate({"signal": p.signal, "labels": p.labels, "below": p.below,
@@ -167,5 +172,7 @@ def restore_scale(ctx: StepContext, p: RestoreParams) -> Plan:
                 after={"replicas": goal, **{ref: a.shown() for ref, a in originals.items()}},
                 apply=apply, rollback=rollback, value_after=float(goal), ready_before=ready, ready_after=ready,
                 touched=0, total=max(goal, 1), refusal=refusal, noop=start >= goal and not missing,
+                # rehearsed from the scale-down's plan, the cluster is not where the restore would start
+                server_dry_run=not rehearsed,
                 capacity=Capacity(target, start, goal, restore_commands(namespace, kind, name, goal,
                                                                         list(originals.values()))))

@@ -25,10 +25,10 @@ from tests.prometheus.conftest import need_binary
 from tests.realstack import timeline
 from tests.realstack.stepped import SteppedPrometheus
 
-SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "oom-surge-metrics-down", "waiting-queue",
-             "waiting-queue-all-unready",
-             "zombie-process", "latency-creep", "latency-creep-water-line", "prompt-truncation", "disconnect-storm",
-             "canary-rollback", "canary-rollback-stable-unready")
+SCENARIOS = ("oom-surge", "oom-surge-hpa", "oom-surge-at-floor", "oom-surge-metrics-down",
+             "oom-surge-capacity-returns-ooms", "waiting-queue", "waiting-queue-all-unready", "zombie-process",
+             "latency-creep", "latency-creep-water-line", "prompt-truncation", "disconnect-storm", "canary-rollback",
+             "canary-rollback-stable-unready")
 # Divergences from the drill still open on the real control plane (scenario -> why).
 KNOWN: dict[str, str] = {}
 

@@ -51,7 +51,7 @@ def test_14_milestones_of_a_drill_follow_the_scenarios_virtual_times(stated, tmp
     events = read_journal(drill.journal).events
     context = build_context(events)
     rows = {m["name"]: m for m in context["milestones"]}
-    assert [m["name"] for m in context["milestones"]] == NAMES
+    assert [m["name"] for m in context["milestones"]] == [*NAMES[:5], "capacity restored", "resolved"]  # it took capacity
     step = dt.timedelta(seconds=_step(events))
     onset = scenario.at(scenario.onset)
     # From the metrics: the first recorded sample at which the condition holds, within one step of the world's onset.
@@ -62,6 +62,10 @@ def test_14_milestones_of_a_drill_follow_the_scenarios_virtual_times(stated, tmp
     cleared = scenario.t0 + dt.timedelta(seconds=60)  # OOM failures stop 60 s after the change (the reaction)
     assert cleared <= rows["mitigated"]["at"] < cleared + step, rows["mitigated"]
     assert rows["resolved"]["at"] == [e for e in events if e.type == ev.RUN_FINISHED][-1].at
+    # the replicas were all back when the restore's step finished, which ended the run (issue 34)
+    restored = [e for e in events if e.type == ev.STEP_FINISHED and e.step == "restore-capacity"][-1]
+    assert rows["capacity restored"]["at"] == restored.at == rows["resolved"]["at"]
+    assert rows["capacity restored"]["note"] == "llm/statefulset/vllm-server back at 3 replicas"
     durations = context["durations"]
     assert set(durations) == {"detect", "mitigate", "resolve"}
     assert "0s" not in durations.values()

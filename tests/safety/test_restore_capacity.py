@@ -145,3 +145,16 @@ def test_with_the_restore_the_same_run_is_resolved(clock):
     assert result.outcome == "resolved", result.reason
     assert c.get_workload("llm", "statefulset", "vllm-server").replicas == 3
     assert not [x for x in e.journal.events() if x.type == ev.ESCALATED]
+
+
+def test_a_dry_run_shows_the_restore_from_where_the_scale_down_would_leave_it(tmp_path):
+    from runbook.drill.run import run_drill
+    from runbook.engine.operator import AssumeYes
+    from runbook.record.journal import read_journal
+
+    done = run_drill("oom-surge", state=tmp_path, operator=AssumeYes("tester"), dry_run=True)
+    assert done.run.outcome == "dry_run"
+    events = read_journal(done.journal).events
+    planned = [e for e in events if e.type == ev.ACTION_PLANNED and e.step == "restore-capacity"]
+    assert [(p.data["before"], p.data["after"]) for p in planned] == [({"replicas": 1}, {"replicas": 3})]
+    assert not [e for e in events if e.type == ev.ACTION_APPLIED]
