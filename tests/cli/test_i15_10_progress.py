@@ -73,8 +73,11 @@ def test_item10_the_dry_run_says_which_plans_come_after_earlier_changes():
             "planned on the world before that change")
     assert lines.count(note) == 1
     notes = [line for line in lines if "in a real run this follows" in line]
-    # One restart, not two (issue 16, item 9): only the set_arg rollout follows the scale-down.
-    assert notes == [note]
+    # One restart, not two (issue 16, item 9): only the set_arg rollout follows the scale-down; then the
+    # restore of the replicas follows both (issue 34).
+    assert notes == [note, "           in a real run this follows scale-down (scale statefulset/vllm-server 3 → 1), "
+                           "lower-max-model-len (set --max-model-len of statefulset/vllm-server/vllm 7372 → 6635): "
+                           "planned on the world before those changes"]
 
 
 def test_item10_a_kill_shows_readiness_before_and_after():

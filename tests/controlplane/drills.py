@@ -66,6 +66,13 @@ class PacedClock(FakeClock):
         time.sleep(min(max(seconds, 0.0), PACE))
 
 
+def waits_on_controllers(scenario: Scenario) -> bool:
+    """Whether the scenario's playbook waits for the real controllers between its changes (a restore
+    that brings replicas back one at a time, each ready): its run gets a PacedClock."""
+    steps = bundled_playbook(scenario.playbook, load_builtin()).steps
+    return any(step.uses == "k8s.restore_scale" for step in steps)
+
+
 class PodOracle:
     """Answers the pods' stand-in tools and their HTTP ports from a simulated world, over loopback."""
 
@@ -271,7 +278,7 @@ def lay(plane: ControlPlane, oracle: PodOracle, prometheus_url: str, played: Pla
     """`scenario` (default: the drill's) laid on the plane, its world on `clock` (default: virtual
     time from the scenario's start, which the run's Prometheus reads are made at)."""
     scenario = scenario or played.scenario
-    clock = clock or PacedClock(scenario.t0)
+    clock = clock or (PacedClock if waits_on_controllers(scenario) else FakeClock)(scenario.t0)
     world = build_world(scenario, clock)
     state = world.state
     namespaces = tuple(sorted({w.namespace for w in state.workloads.values()} | {p.namespace for p in state.pods.values()}))
