@@ -200,7 +200,8 @@ def build_context(events: Sequence[ev.Event]) -> dict[str, Any]:
                          leave_out=headline["signal"] if headline else None)
     measured = _measured(applied, verified)
     improvements = improvement_lists.by_horizon(
-        applied, [e.data.get("improvements") or {} for e in events if e.type == ev.RUN_STARTED])
+        applied, [e.data.get("improvements") or {} for e in events if e.type == ev.RUN_STARTED],
+        milestone_rows.left_short(events))
     outcome = end.data.get("outcome") if end else "unfinished"
     reason = end.data.get("reason") if end else "the journal ends without run.finished: the run was interrupted"
     hints = list(run.get("root_cause_hints") or [])

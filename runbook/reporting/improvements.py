@@ -30,27 +30,22 @@ def _said_by(item: str, earlier: str) -> bool:
     return len(mine & theirs) / len(mine) >= COVERED
 
 
-def prefilled(applied: Sequence[ev.Event]) -> list[str]:
-    """What each applied change leaves to do once the incident is over."""
+def prefilled(applied: Sequence[ev.Event], short: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """What each applied change leaves to do once the incident is over. `short`: the workloads the run
+    left with fewer replicas, as the engine journaled them when it ended (issue 34)."""
     out = []
-    began: dict[str, dict] = {}
-    now: dict[str, int] = {}
-    for e in applied:
-        capacity = e.data.get("capacity")
-        if isinstance(capacity, dict):
-            began.setdefault(capacity["target"], capacity)
-            now[capacity["target"]] = capacity["after"]
+    left = {c["target"]: c for c in short}
     for e in applied:
         action, after, target = e.data.get("action"), e.data.get("after") or {}, e.data.get("target")
         if action == "k8s.set_arg":
             for flag, value in after.items():
                 out.append(f"Make `{flag}` {value} permanent in the manifest of {target} (it was patched live)")
-        elif action == "k8s.scale" and target in began and now[target] < began[target]["before"]:
-            # Still short when the run ended (issue 34): the commands that finish it.
-            commands = " && ".join(f"`{c}`" for c in began[target].get("restore", ()))
-            out.append(f"Bring {target} back to its {began[target]['before']} replicas once it is safe (it serves "
-                       f"{now[target]})" + (f": {commands}" if commands else ""))
-            began.pop(target)
+        elif action == "k8s.scale" and target in left:
+            # Still short when the run ended: the commands that finish it.
+            c = left.pop(target)
+            commands = " && ".join(f"`{command}`" for command in c.get("restore", ()))
+            out.append(f"Bring {target} back to its {c['before']} replicas once it is safe (it serves "
+                       f"{c['now']})" + (f": {commands}" if commands else ""))
         elif action == "k8s.scale" and "capacity" not in e.data:
             out.append(f"Scale {target} back to its normal replica count once stable (now {after.get('replicas')})")
         elif action == "k8s.delete_pod":
@@ -60,11 +55,12 @@ def prefilled(applied: Sequence[ev.Event]) -> list[str]:
     return out
 
 
-def by_horizon(applied: Sequence[ev.Event], playbooks: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+def by_horizon(applied: Sequence[ev.Event], playbooks: Sequence[Mapping[str, Any]],
+               short: Sequence[Mapping[str, Any]] = ()) -> dict[str, list[str]]:
     """{short, mid, long} → items: the changes' own first, then each run's playbook list, none twice."""
     kept: dict[str, list[str]] = {h: [] for h in HORIZONS}
     every: list[str] = []
-    offered = [("short", item) for item in prefilled(applied)]
+    offered = [("short", item) for item in prefilled(applied, short)]
     for lists in playbooks:
         offered += [(h, str(item)) for h in HORIZONS for item in (lists.get(h) or [])]
     for horizon, item in offered:

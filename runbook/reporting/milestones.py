@@ -54,6 +54,11 @@ def _mitigated(events: Sequence[ev.Event], condition: Condition | None, onset: d
     return None, "no record of the condition clearing"
 
 
+def left_short(events: Sequence[ev.Event]) -> list[dict[str, Any]]:
+    """The workloads a run left with fewer replicas, as the engine journaled them when it ended."""
+    return [c for e in events if e.type == ev.ESCALATED for c in e.data.get("capacity") or []]
+
+
 def _capacity_restored(events: Sequence[ev.Event]) -> tuple[dt.datetime | None, str] | None:
     """When the replicas a change took were all back (the restore's step finished), or why not; None
     where no change took capacity (issue 34)."""
@@ -61,7 +66,7 @@ def _capacity_restored(events: Sequence[ev.Event]) -> tuple[dt.datetime | None, 
             and e.data["capacity"]["after"] < e.data["capacity"]["before"]]
     if not took:
         return None
-    short = [c for e in events if e.type == ev.ESCALATED for c in e.data.get("capacity") or []]
+    short = left_short(events)
     if short:
         return None, "; ".join(f"not restored: {c['target']} serves {c['now']} of its {c['before']} replicas"
                                for c in short)
