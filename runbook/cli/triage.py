@@ -29,11 +29,18 @@ or at --at to replay a past moment; a condition fires once it has held for its `
 Ranks the firing ones (severity, then what began first) and offers the top one; --run runs it
 (or --playbook NAME), guarded and journaled like `runbook run`.
 
+With a cluster (--kubeconfig, --context, --in-cluster or the config file's `kubernetes:`), a
+signal that has no source here but can be read from logs (a stock vLLM's CUDA out-of-memory
+errors, where no log pipeline counts them) is read from the playbook workload's pods: their
+current and previous containers' logs over the last 5 minutes, bounded in pods and bytes, the row
+saying so ("from logs, 3 pods, last 5m").
+
 \b
 Exit codes without --run:
    0  every playbook evaluated, nothing fires
   10  something fires
-  11  Prometheus could not be read (for some playbook, and nothing fires)
+  11  Prometheus could not be read (for some playbook, and nothing fires), or the
+      pods' logs standing in for a missing source could not be read whole
   12  a signal a playbook needs has no source here: no exporter provides it (and
       nothing fires or is unseen); `runbook signals --check` lists every signal's sources
    3  a playbook is invalid, so it was not evaluated (and nothing of the above)
@@ -115,8 +122,9 @@ def _default_namespace(playbooks: list, namespace: str | None) -> str | None:
               help="With --run: run this playbook instead of the top match.")
 @click.option("--profile", default=None, help="Signal profile (default: the config file's, else vllm).")
 @click.option("--workload", "workload_ref", default=None, metavar="KIND/NAME",
-              help="Read --max-num-seqs from this workload (with --namespace and a cluster) for the "
-                   "running-batch warning line.")
+              help="The vLLM workload (with --namespace and a cluster): its --max-num-seqs for the "
+                   "running-batch warning line, and its pods' logs for a signal with no source here "
+                   "(default: each playbook's `workload` param).")
 @connection_options
 @safety_options
 @output_option
@@ -150,6 +158,8 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
         params = {"namespace": namespace} if namespace else {}
         report = evaluate(playbooks, metrics, at, params, invalid=invalid)
         report = with_warnings(report, load_alert_table(), metrics, params)  # the SOP's warning lines
+        report = _from_logs(report, playbooks, catalog, config, params, workload_ref, kubeconfig, kube_context,
+                            in_cluster)
         ns = _default_namespace(playbooks, namespace)
         views = None if report.unavailable else step_one(metrics, report.at, {"namespace": ns} if ns else {},
                                                          report.firing)
@@ -184,6 +194,33 @@ def triage(paths: tuple[str, ...], at_text: str | None, run_it: bool, playbook_n
     finding = next((f for f in report.findings if f.playbook == chosen.name), None)
     _run(chosen, finding, document, config, params, prometheus_url, kubeconfig, kube_context, in_cluster, yes,
          dry_run, operator_name, output)
+
+
+def _from_logs(report, playbooks: list, catalog, config, params: dict[str, str], workload_ref: str | None,
+               kubeconfig: str | None, kube_context: str | None, in_cluster: bool):
+    """The report with each signal that has no source here but can be read from the pods' logs read
+    so, where a cluster is configured; without one it stays without a source, saying how to read it."""
+    import dataclasses
+
+    from runbook.triage.from_logs import read_from_logs, wanted
+
+    asked = wanted(report, catalog)
+    if not asked:
+        return report
+    from runbook.backends.kubernetes import connect as kubernetes
+
+    cluster = kubernetes.connect(config, kubeconfig=kubeconfig, context=kube_context, in_cluster=in_cluster)
+    if cluster is None:
+        hint = ("; with a cluster (--kubeconfig, --context or --in-cluster) triage reads it from the vLLM pods' "
+                "logs instead")
+        return dataclasses.replace(report, findings=tuple(
+            dataclasses.replace(f, reason=f.reason + hint) if any(f is a for a in asked) else f
+            for f in report.findings))
+    try:
+        return read_from_logs(report, playbooks, catalog, cluster, now=dt.datetime.now(dt.timezone.utc),
+                              params=params, workload=workload_ref)
+    finally:
+        cluster.close()
 
 
 def _choose(report, playbooks: list, name: str | None):
@@ -271,6 +308,9 @@ def _console():
 
 
 def _print_report(report, views, metrics) -> None:
+    from rich.markup import escape
+
+    from runbook.triage.from_logs import describe
     from runbook.triage.verdict import headline
 
     out = _console()
@@ -284,14 +324,18 @@ def _print_report(report, views, metrics) -> None:
             since = f"since {f.since:%H:%M:%S}" + (" or earlier" if f.since_is_lower_bound else "")
             out.print(f" {i}. [bold]{f.playbook}[/] [red]{f.severity}[/]  {f.signal} = {_fmt(f.value)} "
                       f"({f.condition})  {since}, {_ago(f.held_seconds)}  [dim]{f.title}[/]", highlight=False)
+            if f.read_from:
+                out.print(f"    [dim]{escape(describe(f))}[/]", highlight=False)
     pending = report.of("pending")
     for f in pending:
+        where = f" ({escape(f.read_from)})" if f.read_from else ""
         out.print(f"[yellow]pending[/] {f.playbook}: {f.signal} = {_fmt(f.value)} ({f.condition}) for "
-                  f"{_ago(f.held_seconds)} of {_ago(f.for_seconds)}", highlight=False)
+                  f"{_ago(f.held_seconds)} of {_ago(f.for_seconds)}{where}", highlight=False)
     quiet = report.of("quiet")
     if quiet:
-        out.print("\n[green]Quiet[/]  " + ", ".join(f"{f.playbook} ({f.signal} = {_fmt(f.value)})" for f in quiet),
-                  highlight=False)
+        out.print("\n[green]Quiet[/]  " + ", ".join(
+            f"{f.playbook} ({f.signal} = {_fmt(f.value)}{', ' + escape(f.read_from) if f.read_from else ''})"
+            for f in quiet), highlight=False)
     unknown = report.of("unknown")
     if unknown:
         out.print("\n[bold yellow]Could not see[/] (never read as quiet)")

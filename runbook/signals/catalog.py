@@ -26,6 +26,8 @@ from typing import Any, Literal
 import pydantic
 
 from runbook.errors import InvalidInput
+from runbook.model.duration import Duration
+from runbook.parsers import log_matches
 from runbook.signals import promql
 
 DEFAULT_PROFILE = "vllm"
@@ -113,6 +115,33 @@ def _check_sources(value: dict[str, str]) -> dict[str, str]:
     return value
 
 
+class LogSpec(_Strict):
+    """How triage reads the signal from the pods' own logs where none of its sources is there (a stock
+    vLLM exports no OOM counter, but logs each CUDA out-of-memory error): the lines of the playbook
+    workload's pods that match one of `patterns`, current and previous containers, per minute over
+    `rate_window` as the expression's rate() counts them; a restart after an OOMKilled termination
+    counts one. A signal in events per minute; triage reads logs only with a cluster configured."""
+
+    patterns: list[str] = pydantic.Field(min_length=1, max_length=log_matches.MAX_PATTERNS)
+    counts: str = pydantic.Field("matching log lines", min_length=1, max_length=100)  # what one event is, in words
+    window: Duration = pydantic.Field(300.0, ge=60, le=3600)  # how far back: at least the detect's `for:` more
+    rate_window: Duration = pydantic.Field(60.0, ge=15, le=900)  # the events of this long make a value
+    oom_killed: bool = True  # a restart after an OOMKilled termination in the window counts one
+    max_pods: int = pydantic.Field(32, ge=1, le=512)  # more pods than this: not read (never quiet), say so
+    max_bytes: int = pydantic.Field(4 * 1_048_576, ge=65_536, le=64 * 1_048_576)  # per container log
+
+    @pydantic.field_validator("patterns")
+    @classmethod
+    def _bounded(cls, value: list[str]) -> list[str]:
+        return [log_matches.check_pattern(p) for p in value]
+
+    @pydantic.model_validator(mode="after")
+    def _window_holds_a_rate(self) -> "LogSpec":
+        if self.rate_window > self.window:
+            raise ValueError(f"rate_window ({self.rate_window:g}s) must fit in window ({self.window:g}s)")
+        return self
+
+
 class SignalSpec(_Strict):
     help: str = ""
     unit: str = ""
@@ -125,6 +154,7 @@ class SignalSpec(_Strict):
     # metric -> who exports it: the series whose presence means the signal gives a reading (0 included).
     # Where none of them has a series, the signal has no source here, and reads nothing (never 0).
     sources: dict[str, str] = {}
+    logs: LogSpec | None = None  # where none of the sources is there: how to read it from the pods' logs
 
     @pydantic.field_validator("labels")
     @classmethod
@@ -184,6 +214,7 @@ class SignalOverride(_Strict):
     labels: dict[str, str] | None = None
     label_patterns: dict[str, LabelPattern] | None = None
     sources: dict[str, str] | None = None  # default: the profile's sources that the expression still reads
+    logs: LogSpec | None = None  # default: the profile's
 
     @pydantic.model_validator(mode="before")
     @classmethod
@@ -252,12 +283,14 @@ class Signal:
     origin: str  # "profile vllm", "config file"
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # metric -> who exports it
     label_patterns: Mapping[str, LabelPattern] = dataclasses.field(default_factory=dict)
+    logs: LogSpec | None = None  # how triage reads it from the pods' logs where no source is there
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "help": self.help, "unit": self.unit, "aggregate": self.aggregate,
                 "expr": self.expr, "labels": dict(self.labels), "origin": self.origin,
                 "sources": dict(self.sources),
-                "label_patterns": {k: p.model_dump() for k, p in self.label_patterns.items()}}
+                "label_patterns": {k: p.model_dump() for k, p in self.label_patterns.items()},
+                "logs": self.logs.model_dump() if self.logs is not None else None}
 
     def matchers(self, checked: Mapping[str, str], grouped: Sequence[str] = ()) -> str:
         """`{labels}`: the checked playbook labels as the metric's matchers; a label of `label_patterns`
@@ -508,6 +541,6 @@ def build_catalog(config: Any = None, *, profile: str | None = None) -> Catalog:
     if problems:
         _raise("the signal catalog is invalid", problems)
     signals = {k: Signal(k, s.help, s.unit, s.aggregate, s.expr, dict(s.labels), origin, dict(s.sources),
-                         dict(s.label_patterns))
+                         dict(s.label_patterns), s.logs)
                for k, (s, origin, _) in sorted(specs.items())}
     return Catalog(name, dict(params), values, signals)

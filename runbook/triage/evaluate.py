@@ -51,6 +51,8 @@ class Finding:
     hour_ago: float | None = None  # the value one look-back earlier, for "sudden or gradual"
     missing_sources: Mapping[str, str] = dataclasses.field(default_factory=dict)  # no_source: metric -> exporter
     alert: str | None = None  # an alert table row's name (a warning line; `playbook` handles it); None: a detect
+    read_from: str = ""  # where the value was read when not from Prometheus: "from logs, 4 pods, last 5m"
+    logs: Mapping[str, Any] | None = None  # what the pods' logs gave: pods, window, events, restarts, capped
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"playbook": self.playbook, "title": self.title, "severity": self.severity,
@@ -67,8 +69,12 @@ class Finding:
                        for_seconds=self.for_seconds, strength=round(self.strength, 4))
         if self.reason:
             out["reason"] = self.reason
-        if self.state == "no_source":
+        if self.state == "no_source" or self.read_from:
             out["missing_sources"] = dict(self.missing_sources)
+        if self.read_from:
+            out["read_from"] = self.read_from
+        if self.logs is not None:
+            out["logs"] = dict(self.logs)
         return out
 
 
@@ -194,7 +200,7 @@ def _grouped(series: Sequence[Series], across: Sequence[str]) -> dict[tuple[str,
     return groups
 
 
-def _judge(common: dict[str, Any], detect: Detect, values: Mapping[dt.datetime, float],
+def judge(common: dict[str, Any], detect: Detect, values: Mapping[dt.datetime, float],
            grid: Sequence[dt.datetime], at: dt.datetime, lookback: float) -> Finding | None:
     """The condition over one group's values; None when it has no value now."""
     now = values.get(grid[0])
@@ -252,7 +258,7 @@ def group_findings(common: dict[str, Any], condition: Any, metrics: Metrics, sig
     start = at - dt.timedelta(seconds=points * step)
     series = metrics.query_range(signal, start=start, end=at, step_seconds=step, labels=labels, by=across)
     grid = [at - dt.timedelta(seconds=k * step) for k in range(points + 1)]  # now, then backwards
-    judged = [_judge({**common, "labels": {**labels, **dict(zip(across, group))}}, condition,
+    judged = [judge({**common, "labels": {**labels, **dict(zip(across, group))}}, condition,
                      _combine(members, condition), grid, at, lookback)
               for group, members in _grouped(series, across).items()]
     return [f for f in judged if f is not None]

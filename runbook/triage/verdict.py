@@ -22,8 +22,12 @@ def headline(report: Report) -> str:
     concerns = []
     unknown = report.of("unknown")
     why = "Prometheus could not be read" if report.unavailable else "Prometheus gave no reading"
-    if unknown:
-        concerns.append(f"{_playbooks(len(unknown))} could not be seen ({why})")
+    from_logs = [f for f in unknown if f.read_from or f.missing_sources]
+    if len(from_logs) < len(unknown):
+        concerns.append(f"{_playbooks(len(unknown) - len(from_logs))} could not be seen ({why})")
+    if from_logs:
+        concerns.append(f"{_playbooks(len(from_logs))} could not be seen (no source here, and the pods' logs "
+                        f"could not be read whole)")
     unseen_warnings = report.warnings_in("unknown")
     if unseen_warnings and not unknown:
         count = len(unseen_warnings)
@@ -45,5 +49,7 @@ def headline(report: Report) -> str:
         return "Not all clear: " + "; ".join(concerns)
     evaluated = len([f for f in report.findings if f.state not in ("skipped", "not_applicable")])
     absent = len(report.of("not_applicable"))
+    logs = len([f for f in report.findings if f.read_from])
     return (f"All clear: nothing fires ({_playbooks(evaluated)} evaluated"
+            + (f", {logs} from the pods' logs" if logs else "")
             + (f", {absent} not applicable here" if absent else "") + ")")

@@ -255,6 +255,23 @@ def _stock_vllm() -> Scenario:
     return Scenario("stock-vllm", _utc(2026, 3, 26, 11, 0), frozenset({"zombie-process"}), pods, tuple(lines))
 
 
+def stock_cluster(at: dt.datetime, namespace: str = "llm") -> Scenario:
+    """A quiet stock vLLM V1 StatefulSet of three pods as a GPU cluster exports it: vLLM's own metrics,
+    kube-state-metrics and the DCGM exporter, and no log pipeline (no OOM counter anywhere), at `at`
+    (the wall clock's now, for triage beside a real cluster's logs)."""
+    pods = tuple((f"vllm-server-{i}", f"gpu-node-{i}", "0") for i in range(3))
+    lines: list[Line] = []
+    for pod, node, gpu in pods:
+        lines += _pod_lines(pod, waiting=[(-2 * DAY, 2)], running=[(-2 * DAY, 30)], kv=[(-2 * DAY, 0.6)],
+                            tokens=[(-2 * DAY, 1500)], ttft=[(-2 * DAY, 0.3)], decode=[(-2 * DAY, 2.7)],
+                            aborted=[(-2 * DAY, 0.1)], namespace=namespace)
+        lines += _instrumentator(pod, 300, [(-2 * DAY, 0)], namespace=namespace)
+        lines += _gpu(node, gpu, [(-2 * DAY, 0.84)], [(-2 * DAY, 71)])
+    lines += _kube(namespace, [p for p, _, _ in pods], [(-2 * DAY, 3)])
+    stock = Scenario("stock-cluster", at.replace(microsecond=0), frozenset(), pods, tuple(lines), namespace)
+    return _with_latency_history(stock)
+
+
 def _with_latency_history(scenario: Scenario) -> Scenario:
     """vLLM's end-to-end latency histogram (one pod's, a steady p99 of 2 s), scraped six hours before each
     window too: latency-creep's P99 now against the P99 then reads 1, quiet, in every incident."""
