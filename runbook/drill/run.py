@@ -71,20 +71,31 @@ def bundled_playbook(name: str, registry: Registry) -> Playbook:
     return loaded.playbook
 
 
+def playbook_from_file(path: Path, registry: Registry) -> Playbook:
+    """The playbook of `path`, valid, or InvalidInput listing its problems."""
+    loaded = validation.load_playbook_file(Path(path), registry)
+    if loaded.playbook is None:
+        raise InvalidInput(f"{path}: the playbook is invalid (`runbook validate {path}` shows each problem):\n"
+                           + "\n".join(p.format() for p in loaded.problems))
+    return loaded.playbook
+
+
 def run_drill(name: str, *, state: Path, operator: Operator, dry_run: bool = False,
               on_event: Callable[[Event], None] | None = None, registry: Registry | None = None,
               on_start: Callable[[Scenario, Playbook, str], None] | None = None,
               interrupted: Callable[[journals.Journal, FakeClock], Callable[[], str | None]] | None = None,
-              on_progress: Callable[[str, dict], None] | None = None,
+              on_progress: Callable[[str, dict], None] | None = None, playbook_file: Path | None = None,
               ) -> DrillResult:
     """`interrupted`: given the run's journal and clock, the engine's stop check (the CLI's signals).
 
     `on_progress(step, update)`: a step's live readings (a verify's value and time left), for a view.
+    `playbook_file`: run this playbook instead of the one the scenario names (a change tried on it).
     """
     check_scenario_name(name)
     registry = registry or load_builtin()
     scenario = load_scenario(name)
-    playbook = bundled_playbook(scenario.playbook, registry)
+    playbook = bundled_playbook(scenario.playbook, registry) if playbook_file is None else \
+        playbook_from_file(playbook_file, registry)
     clock = FakeClock(scenario.t0)
     world = build_world(scenario, clock)
     incident = journals.new_incident_id(scenario.t0, playbook.name, drill=True)

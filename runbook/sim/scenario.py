@@ -594,10 +594,21 @@ class CommandOverride(_Model):
 
 # ---------------------------------------------------------------------------- the scenario
 
+class Recorded(_Model):
+    """Where a recorded scenario came from (`runbook drill --from`), and what its journal did not hold:
+    said here, never made up."""
+
+    incident: str
+    run: str = ""
+    missing: list[str] = []
+    assumed: list[str] = []
+
+
 class Scenario(_Model):
     name: str = pydantic.Field(pattern=r"^[a-z0-9][a-z0-9-]*$")
     playbook: str
-    expect: Literal["resolved", "refused", "mitigated"]
+    # The run's outcome; a recorded incident may have ended any way a run ends.
+    expect: Literal["resolved", "refused", "mitigated", "failed", "rolled_back", "escalated", "proposed"]
     description: str
     start: pydantic.AwareDatetime
     onset: Offset | None = None  # what the scenario says; the report finds it from the metrics alone
@@ -613,6 +624,7 @@ class Scenario(_Model):
     signals: list[Signal] = []
     reactions: list[Reaction] = []
     commands: list[CommandOverride] = []
+    recorded: Recorded | None = None  # a real incident's journal, turned into this scenario
 
     @property
     def t0(self) -> dt.datetime:
