@@ -81,6 +81,7 @@ class _Recorder:
         self.t0 = _time(self.start.at)
         self.params: dict[str, Any] = dict(self.start.data.get("params") or {})
         self.namespace = self.params.get("namespace") if isinstance(self.params.get("namespace"), str) else None
+        self.extra: dict[str, dict] = {}  # pods of no workload, by name (a gateway's)
 
     # -- the alert and the run ------------------------------------------------------------------
 
@@ -149,6 +150,14 @@ class _Recorder:
         if action == "k8s.delete_pod":
             pods = (before.get("pods") or []) if isinstance(before, Mapping) else []
             return [{"pod_deleted": {"pod": str(p)}} for p in pods] or None
+        if action == "k8s.kill_process":
+            pattern = re.search(r"matching `(.+)` in ", str(data.get("summary", "")))
+            pods = (after.get("pods") or []) if isinstance(after, Mapping) else []
+            self.missing.append(f"the command lines of the processes step {e.step} signalled: only their names "
+                                f"are journaled, so a replay finds none matching its pattern")
+            if pattern is None:
+                return None
+            return [{"process_killed": {"pod": str(pod), "pattern": pattern.group(1)}} for pod in pods] or None
         if action == "node.kill_pids" and target.startswith("node/"):
             node = target.split("/", 1)[1]
             return [{"node_pid_killed": {"node": node, "pid": int(p["pid"])}}
@@ -188,9 +197,17 @@ class _Recorder:
                 if data.get("yesterday") is not None:
                     add(signal, base, at - dt.timedelta(days=1), e.seq, data["yesterday"])
             elif kind == "series":
+                step = float(data.get("step") or 0)
+                end = _time(data["end"]) if data.get("end") else None
                 for series in data.get("series") or []:
-                    for at, value in series.get("points") or []:
-                        add(signal, {**base, **(series.get("labels") or {})}, _time(at), e.seq, value)
+                    labels = {**base, **(series.get("labels") or {})}
+                    points = [(_time(at), value) for at, value in series.get("points") or []]
+                    for i, (at, value) in enumerate(points):
+                        add(signal, labels, at, e.seq, value)
+                        following = points[i + 1][0] if i + 1 < len(points) else end
+                        # A series that stops (a scrape that failed, a pod gone) reads nothing from then on.
+                        if step and following is not None and (following - at).total_seconds() > 1.5 * step:
+                            add(signal, labels, at + dt.timedelta(seconds=step), e.seq, None)
         return out
 
     def _known(self, signal: Any) -> bool:
@@ -242,6 +259,17 @@ class _Recorder:
                 reactions.append({"name": f"after-{change.step}-{k + 1}", "on": change.trigger,
                                   "effects": effects[k]})
         return timeline, reactions
+
+    def metrics_unreachable(self, timeline: Sequence[dict]) -> bool:
+        """Whether Prometheus could not be read at all in the run (its steps all failed so, none read)."""
+        down = [e.step for e in self.ran if e.type == ev.STEP_FINISHED and str(e.data.get("uses", "")).startswith(
+            "prom.") and e.data.get("status") == "failed" and "unreachable" in str(e.data.get("summary", ""))]
+        if down and not timeline:
+            return True
+        if down:
+            self.missing.append(f"the moments Prometheus could not be read (steps {', '.join(down)}): a replay "
+                                f"reads it throughout")
+        return False
 
     # -- the cluster ----------------------------------------------------------------------------
 
@@ -327,13 +355,27 @@ class _Recorder:
                 pod, _, text = str(line).partition(": ")
                 texts.setdefault(pod, text)
             fallback = next(iter(texts.values()), None)
+            selector = data.get("selector") if isinstance(data.get("selector"), Mapping) else {}
             for pod, minutes in (data.get("by_pod_minute") or {}).items():
                 text = texts.get(pod, fallback)
-                if pod not in pods or text is None:
+                if pod not in pods and pod not in self.extra and selector and self.namespace:
+                    # A pod of no workload the run named (a gateway's): made as the selector found it.
+                    self.extra[pod] = {"name": pod, "namespace": self.namespace,
+                                       "labels": {str(k): str(v) for k, v in selector.items()}}
+                    self.assumed.append(f"{pod}: a pod in {self.namespace} with {_shown(selector)}, as the "
+                                        f"step {e.step} found it")
+                if pod in self.extra:
+                    pods_of = self.extra
+                else:
+                    pods_of = pods
+                if pod not in pods_of or text is None:
                     self.missing.append(f"the log lines {e.step} counted in {pod}: no excerpt of them to replay")
                     continue
-                entries = pods[pod].setdefault("logs", [])
+                entries = pods_of[pod].setdefault("logs", [])
                 for begin, end, count in _runs(minutes, read):
+                    if end == begin:  # written at the very instant the step read them
+                        entries += [{"at": _offset(begin, self.t0), "text": text}] * count
+                        continue
                     # `count` lines in each slot, evenly: the minute, or the part of it the step read.
                     every = (end - begin).total_seconds() / count
                     entries.append({"every": round(every, 3), "from": round(_offset(begin, self.t0) + every / 2, 3),
@@ -378,6 +420,10 @@ class _Recorder:
         return [{"name": n} for n in sorted(names)]
 
 
+def _shown(labels: Mapping[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
 def _read_window(e: Event) -> tuple[dt.datetime, dt.datetime]:
     """When a log step's lines were written: from `since` before the read (its title says how long) to it."""
     from runbook.model.duration import parse_duration
@@ -400,7 +446,7 @@ def _runs(minutes: Mapping[str, int], read: tuple[dt.datetime, dt.datetime]
     for minute, count in sorted(minutes.items()):
         whole = _time(minute.replace("Z", ":00Z"))
         begin, end = max(whole, lo), min(whole + dt.timedelta(minutes=1), hi)
-        if count <= 0 or end <= begin:
+        if count <= 0 or end < begin:
             continue
         full = (begin, end) == (whole, whole + dt.timedelta(minutes=1))
         last = out[-1] if out else None
@@ -444,6 +490,16 @@ def _split(group: Sequence[Observation], changes: Sequence[Change]) -> tuple[lis
     return points, {k: _steps([[t, v] for t, v in sorted(p.items())]) for k, p in sorted(after.items())}
 
 
+def _pod_names(workloads: Sequence[Mapping[str, Any]]) -> set[str]:
+    from runbook.sim.scenario import Workload, workload_pod_name
+
+    names: set[str] = set()
+    for w in workloads:
+        model = Workload.model_validate(w)
+        names |= {workload_pod_name(model, i) for i in range(model.replicas)}
+    return names
+
+
 def _given(params: Mapping[str, Any], playbook: str) -> dict[str, Any]:
     """The run's params that are not its bundled playbook's defaults: what the alert or a person gave."""
     from runbook.actions import load_builtin
@@ -472,11 +528,19 @@ def record(events: Sequence[Event], incident: str, *, catalog: Any = None) -> di
     for signal in timeline:
         for series in signal["series"]:
             series["points"] = [[_offset(at, r.t0), v] for at, v in series["points"]]
-    overrides = []
+    made = _pod_names(workloads)
+    overrides, unnamed = [], []
     for row in pods.values():
-        extra = {k: v for k, v in row.items() if k != "name"}
-        if extra:
+        if row["name"] not in made:
+            unnamed.append(row["name"])
+        elif any(k != "name" for k in row):
             overrides.append(row)
+    if unnamed:
+        # A ReplicaSet names its pods at random: a replay's pods have other names than the incident's.
+        r.missing.append(f"the pods {', '.join(sorted(unnamed))}: no replayed workload makes a pod of that name "
+                         f"(a Deployment's pods are named anew), so their state, logs and commands are not replayed")
+        commands = [c for c in commands if c.get("pod") not in unnamed]
+    unreachable = r.metrics_unreachable(timeline)
     playbook = str(r.start.data.get("playbook"))
     params = _given(r.params, playbook)
     if len(params) < len(r.params):
@@ -495,9 +559,11 @@ def record(events: Sequence[Event], incident: str, *, catalog: Any = None) -> di
         "start": r.t0.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "alert": alert,
         "params": params,
+        "metrics": {"unreachable": unreachable},
         "nodes": r.nodes(pods, commands, changes),
         "workloads": workloads,
         "pods": overrides,
+        "extra_pods": list(r.extra.values()),
         "signals": timeline,
         "reactions": reactions,
         "commands": commands,
