@@ -17,7 +17,9 @@ import yaml
 
 from runbook.actions import load_builtin
 from runbook.backends.kubernetes.leases import LeaseLocks
-from runbook.drill.run import bundled_playbook
+from runbook.drill.record import record_file
+from runbook.drill.run import bundled_playbook, run_drill
+from runbook.record import journal as journals
 from runbook.engine.operator import AssumeYes
 from runbook.sim.scenario import load_scenario, scenario_names
 from tests.controlplane import drills, identity, objects
@@ -157,6 +159,20 @@ def test_the_real_control_plane_journal_equals_the_drill(name, played, laid_out,
     result, events = drills.run(laid, drill, tmp_path / "state")
     assert story(events) == story(drill.events), _first_difference(events, drill.events)
     assert result.outcome == drill.result.outcome == drill.scenario.expect
+
+
+@pytest.mark.parametrize("name", ["oom-surge", "zombie-process"])
+def test_an_incident_on_the_real_plane_recorded_as_a_drill_replays_as_it_ran(name, played, laid_out, tmp_path):
+    """Issue 31, item 2: the journal of a run on the real apiserver and a real Prometheus, recorded by
+    `runbook drill --from`, replays on the simulated world with the same story and outcome."""
+    drill = played[name]
+    result, events = drills.run(laid_out(drill), drill, tmp_path / "state")
+    [journal] = list(journals.journal_paths(tmp_path / "state"))
+    written, scenario = record_file(journal, tmp_path / "recorded.yaml")
+    assert scenario.recorded.incident == result.incident and scenario.expect == result.outcome
+    replayed = run_drill(str(written), state=tmp_path / "replays", operator=AssumeYes("replay", rehearsal=True))
+    assert replayed.run.outcome == result.outcome == drill.scenario.expect
+    assert story(journals.read_journal(replayed.journal).events) == story(events)
 
 
 def statefulset(plane, name="vllm-server", namespace="llm") -> dict:
