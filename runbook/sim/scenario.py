@@ -131,6 +131,11 @@ reactions:                        # how the world answers remediations
 commands:                         # canned answers, before the world's own (exact argv)
   - {pod: vllm-server-0, argv: [curl, -s, localhost:8000/metrics], stdout: "...", exit_code: 0}
   - {node: gpu-node-2, argv: [dmesg], stdout: "...", hang: false}   # hang: times out
+
+recorded:                         # written by `runbook drill --from INCIDENT` (runbook.drill.record)
+  incident: 20260314-031207-oom-surge-6fc6
+  missing: [...]                  # what the journal did not hold, and so is not replayed
+  assumed: [...]                  # what was filled in to make a world, and how
 ```
 
 Series whose `pod` label names a workload pod that has been scaled away drop out of queries
