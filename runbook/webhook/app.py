@@ -69,7 +69,8 @@ def create_app(service: Service) -> Starlette:
         """Every answer, whatever went wrong, is JSON and counted by source and status."""
         started = time.perf_counter()
         try:
-            response = await answer(request, source, decode)
+            with service.gate.answering():
+                response = await answer(request, source, decode)
         except Exception:  # a bug, not the sender's fault: a JSON 500 (retried), logged with its traceback
             log.exception("unexpected failure answering a %s delivery", source)
             metrics.deliveries.labels(source, "error").inc()

@@ -34,6 +34,7 @@ from runbook.webhook.routing import Router
 from runbook.webhook.runs import Runs
 from runbook.webhook.settings import OPERATOR_NAME, Secrets, WebhookConfig
 from runbook.webhook.store import Store
+from runbook.webhook.gate import IntakeGate
 from runbook.webhook.worker import Worker
 
 log = logging.getLogger("runbook.webhook")
@@ -69,8 +70,9 @@ class Service:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.playbooks = {p.name: p for p in playbooks}
         self.router = Router(playbooks, config.routes, allowed_namespaces=namespaces)
+        self.gate = IntakeGate()  # deliveries before runs: an ack never waits behind a run's Python work
         self.worker = Worker(self._handle, size=config.queue_size, threads=config.workers,
-                             deadline=config.worker_deadline, clock=self.clock)
+                             deadline=config.worker_deadline, clock=self.clock, before_run=self.gate.wait_clear)
         self.metrics = Metrics(self.worker.backlog, lambda: len(self.worker.overdue()))
         self.runs = Runs(store=self.store, state=self.state, world=world, clock=self.clock, registry=self.registry,
                          playbooks=self.playbooks, policy=config.policy, metrics=self.metrics, owner=self.owner,

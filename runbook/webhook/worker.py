@@ -21,8 +21,9 @@ log = logging.getLogger("runbook.webhook")
 
 class Worker:
     def __init__(self, handle: Callable[[str], None], *, size: int, threads: int, deadline: float | None = None,
-                 clock: Clock | None = None):
+                 clock: Clock | None = None, before_run: Callable[[], object] | None = None):
         self.handle, self.size, self.threads, self.deadline = handle, size, threads, deadline
+        self.before_run = before_run  # called before each run starts (the intake gate: deliveries first)
         # the runs' own clock: a run whose steps wait 5 virtual minutes is 5 minutes old, on either clock
         self.clock = clock or SystemClock()
         self._queue: queue.Queue[str | None] = queue.Queue()
@@ -111,6 +112,8 @@ class Worker:
             if busy:
                 continue
             try:
+                if self.before_run is not None:
+                    self.before_run()
                 self.handle(incident)
             except Exception:  # a bug in one run must not take the worker down with it
                 log.exception("the run of incident %s failed unexpectedly", incident)
