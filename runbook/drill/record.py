@@ -239,7 +239,7 @@ class _Recorder:
                         share = o.value / len(under) if aggregate == "sum" else o.value
                         for key in under:
                             merged[key].append(dataclasses.replace(o, labels=key, value=share))
-                if any(o.at >= start for o in coarse) if start is not None else False:
+                if start is not None and any(o.at >= start for o in coarse):
                     self.assumed.append(f"{signal}: its readings by {', '.join(sorted(fine)) or 'all'} are "
                                         f"replayed; the coarser ones (a verification's, a trend's) where they "
                                         f"fall between them are not")
@@ -273,7 +273,8 @@ class _Recorder:
 
     # -- the cluster ----------------------------------------------------------------------------
 
-    def first_evidence(self, kind: str, step_uses: str | None = None) -> list[Event]:
+    def evidence_of(self, kind: str) -> list[Event]:
+        """The run's evidence of one kind, in the order journaled."""
         return [e for e in self.ran if e.type == ev.EVIDENCE and e.data.get("kind") == kind]
 
     def workloads(self, changes: Sequence[Change], pods: Mapping[str, dict]) -> list[dict]:
@@ -285,7 +286,7 @@ class _Recorder:
         if kind not in ("statefulset", "deployment"):
             self.missing.append(f"the workload {ref}: only a StatefulSet or a Deployment can be replayed")
             return []
-        seen = next((e.data for e in self.first_evidence("text") if "replicas" in e.data), None)
+        seen = next((e.data for e in self.evidence_of("text") if "replicas" in e.data), None)
         planned = next((e.data for e in self.ran if e.type == ev.ACTION_PLANNED
                         and "replicas" in (e.data.get("before") or {})), None)
         replicas = seen["replicas"] if seen else planned["before"]["replicas"] if planned else len(pods)
@@ -322,7 +323,7 @@ class _Recorder:
         return None
 
     def pods(self) -> dict[str, dict]:
-        listed = next((e.data["pods"] for e in self.first_evidence("pods") if e.data.get("pods")), [])
+        listed = next((e.data["pods"] for e in self.evidence_of("pods") if e.data.get("pods")), [])
         out: dict[str, dict] = {}
         for pod in listed:
             row: dict[str, Any] = {"name": str(pod["name"]), "ready": bool(pod.get("ready", True))}
@@ -334,7 +335,7 @@ class _Recorder:
                 self.missing.append(f"when {pod['name']}'s last container ended ({pod['last_termination_reason']}): "
                                     f"the pod listing journals the reason only, so its previous log is not replayed")
             out[row["name"]] = row
-        for e in self.first_evidence("probe"):
+        for e in self.evidence_of("probe"):
             for pod, answer in (e.data.get("answers") or {}).items():
                 if pod in out and isinstance(answer, Mapping):
                     error = str(answer.get("error", ""))
@@ -416,7 +417,7 @@ class _Recorder:
     def nodes(self, pods: Mapping[str, dict], commands: Iterable[dict], changes: Sequence[Change]) -> list[dict]:
         names = {p["node"] for p in pods.values() if p.get("node")} | {c["node"] for c in commands if "node" in c}
         names |= {c.trigger["node_pid_killed"]["node"] for c in changes if "node_pid_killed" in c.trigger}
-        names |= {str(e.data["node"]) for e in self.first_evidence("gpu") if e.data.get("node")}
+        names |= {str(e.data["node"]) for e in self.evidence_of("gpu") if e.data.get("node")}
         return [{"name": n} for n in sorted(names)]
 
 
