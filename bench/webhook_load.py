@@ -44,7 +44,7 @@ steps:
 """
 
 
-def run_server(state: Path, port_file: Path, workers: int) -> None:
+def run_server(state: Path, port_file: Path, workers: int, group_commit: bool = True) -> None:
     import uvicorn
 
     from runbook.backends.base import World
@@ -63,6 +63,8 @@ def run_server(state: Path, port_file: Path, workers: int) -> None:
                       # run in the playbook's default, llm: this server may act in all of them (without
                       # this the namespace guard refuses them, rightly, and half the deliveries never run)
                       namespaces=["llm", *(f"ns-{n}" for n in range(50))])
+    if not group_commit:  # the contrast: every delivery commits alone, as before issue 33
+        service.intake.batches.most = 1
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port_file.write_text(str(sock.getsockname()[1]))
@@ -132,10 +134,11 @@ def main() -> int:
     parser.add_argument("--duplicates", type=float, default=0.2)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--drain-timeout", type=float, default=180.0)
+    parser.add_argument("--no-group-commit", action="store_true", help="commit each delivery alone (the contrast)")
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "PORT_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        run_server(Path(args.serve[0]), Path(args.serve[1]), args.workers)
+        run_server(Path(args.serve[0]), Path(args.serve[1]), args.workers, not args.no_group_commit)
         return 0
     sys.path.insert(0, str(ROOT))
     from runbook.record.journal import journal_paths, read_journal
@@ -153,7 +156,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="runbook-bench-") as tmp:
         state, port_file = Path(tmp) / "state", Path(tmp) / "port"
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(state), str(port_file),
-                                   "--workers", str(args.workers)], cwd=ROOT,
+                                   "--workers", str(args.workers),
+                                   *(["--no-group-commit"] if args.no_group_commit else [])], cwd=ROOT,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         try:
             deadline = time.monotonic() + 30
@@ -175,7 +179,7 @@ def main() -> int:
                 results = [f.result() for f in futures]
             sending = time.perf_counter() - start
             drained = time.perf_counter()
-            done = 0
+            done, commits = 0.0, {}
             while time.perf_counter() - drained < args.drain_timeout:
                 conn = http.client.HTTPConnection("127.0.0.1", sender.port, timeout=10)
                 conn.request("GET", "/metrics")
@@ -183,6 +187,9 @@ def main() -> int:
                 conn.close()
                 done = sum(float(line.split()[-1]) for line in text.splitlines()
                            if line.startswith("runbook_webhook_runs_total"))
+                commits = {line.split()[0]: float(line.split()[-1]) for line in text.splitlines()
+                           if line.startswith(("runbook_webhook_commit_deliveries_sum",
+                                               "runbook_webhook_commit_deliveries_count"))}
                 if done >= len(unique):
                     break
                 time.sleep(0.5)
@@ -210,6 +217,9 @@ def main() -> int:
           f"retries {sum(r[2] for r in results)}")
     print(f"ack latency ms: p50 {statistics.median(latencies):.2f}  p99 {latencies[int(len(latencies) * 0.99) - 1]:.2f}  "
           f"max {latencies[-1]:.2f}")
+    batches = commits.get("runbook_webhook_commit_deliveries_count", 0.0)
+    print(f"commits {batches:.0f}: {commits.get('runbook_webhook_commit_deliveries_sum', 0.0) / max(batches, 1):.2f} "
+          f"deliveries each" + (" (group commit off)" if args.no_group_commit else ""))
     print(f"runs finished {done:.0f} (drained in {drain:.1f}s after the last send); incidents run once: "
           f"{sum(1 for n in runs.values() if n == 1)}, more than once: {sum(1 for n in runs.values() if n > 1)}")
     print(f"lost: {len(lost)}; journaled twice: {len(twice)}")

@@ -14,7 +14,7 @@ import dataclasses
 import datetime as dt
 import os
 import sqlite3
-from collections.abc import Collection, Hashable
+from collections.abc import Callable, Collection, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from runbook.errors import Busy, ClaimedElsewhere, JournalError
 from runbook.model import events as ev
 from runbook.webhook import records
 from runbook.webhook.coordination import LocalCoordination, claims_released
+from runbook.webhook.group_commit import DEFAULT_MOST, GroupCommit
 from runbook.webhook.inbound import Delivery, Inbound, digest
 from runbook.webhook.routing import Router
 from runbook.webhook.store import Store
@@ -35,6 +36,13 @@ class Ack:
     status: int  # 202 accepted, 200 duplicate or nothing to do
     body: dict[str, Any]
     queued: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Staged:
+    """A delivery's answer once its batch commits, and the incidents whose journals it waits for."""
+    ack: Ack
+    incidents: tuple[str, ...]
 
 
 def incident_id(at: dt.datetime, playbook: str | None, incident_key: str) -> str:
@@ -51,61 +59,101 @@ def _mark(type: str, step: str | None, data: dict[str, Any]) -> Hashable:
 
 class Intake:
     def __init__(self, *, store: Store, state: Path, router: Router, clock: Clock, backlog_limit: int,
-                 coordination: Coordination | None = None):
+                 coordination: Coordination | None = None, on_batch: Callable[[int], object] = lambda size: None):
         self.store, self.state, self.router, self.clock = store, state, router, clock
         self.backlog_limit = backlog_limit  # runs waiting in the store before new ones are refused (Busy)
         self.coordination = coordination or LocalCoordination()
+        # Shared claims are committed one delivery at a time, each just before its local commit.
+        self.batches: GroupCommit[Delivery, Ack] = GroupCommit(
+            self.accept_together, most=DEFAULT_MOST if self.coordination.kind == "local" else 1, on_batch=on_batch)
 
     def accept(self, delivery: Delivery) -> Ack:
-        """Commit the delivery whole, then journal what it owes; JournalError (503) if that fails."""
+        """Commit the delivery whole, then journal what it owes; JournalError (503) if that fails.
+
+        Deliveries that arrive together are committed together (`group_commit`): one transaction, each
+        delivery in its own savepoint (one that fails leaves the others), one journal pass, each caller
+        answered for its own. With shared claims (several replicas) each delivery commits alone, so its
+        claims are still the last thing before its own local commit.
+        """
+        return self.batches.submit(delivery)
+
+    def accept_together(self, deliveries: list[Delivery]) -> list[Ack | BaseException]:
+        """Commit these deliveries in one transaction and one journal pass; each one's Ack, or the
+        exception that stands for its failure (Busy, ClaimedElsewhere, JournalError, a bug)."""
         now = self.clock.now()
-        at = now.timestamp()
-        delivery_key = f"{delivery.source}-delivery|{delivery.delivery_key}" if delivery.delivery_key else None
-        results: list[dict[str, Any]] = []
-        queued: list[str] = []
-        claims: list[Claim] = []  # shared claims made for this delivery: released if it fails
+        outcomes: list[_Staged | BaseException] = []
+        claims: list[Claim] = []  # every shared claim of the batch: released if the commit fails
         done: list[tuple[Claim, str | None]] = []
-        duplicate: Ack | None = None
         with claims_released(self.coordination, claims), self.store.transaction() as db:
-            if delivery_key is not None and (prior := Store.seen(db, delivery_key)) is not None:
-                duplicate = Ack(200, {"duplicate": True, "incident": prior or None})
-            full = duplicate is None and Store.waiting_count(db) >= self.backlog_limit
-            for inbound in delivery.inbound if duplicate is None else ():
-                prior = Store.seen(db, inbound.event_key)
-                if prior is not None:
-                    results.append({"verdict": "duplicate", "incident": prior or None})
+            for delivery in deliveries:
+                own: list[Claim] = []
+                db.execute("SAVEPOINT delivery")
+                try:
+                    with claims_released(self.coordination, own):
+                        staged = self._stage(db, delivery, now, own, done)
+                except Exception as exc:  # this delivery's answer (503, or 500 for a bug); the others go on
+                    db.execute("ROLLBACK TO delivery")
+                    db.execute("RELEASE delivery")
+                    done[:] = [(claim, incident) for claim, incident in done if claim not in own]
+                    outcomes.append(exc)
                     continue
-                shared, claim, other = self.coordination.claim(inbound.event_key)
-                if shared == "busy":
-                    raise ClaimedElsewhere(f"{other} is taking this delivery right now")
-                if shared == "duplicate":  # another replica has it
-                    Store.remember(db, inbound.event_key, delivery.source, other, at)
-                    results.append({"verdict": "duplicate", "incident": other})
-                    continue
-                if claim is not None:
-                    claims.append(claim)
-                verdict, incident = self._one(db, inbound, now, full, claims, done)
-                Store.remember(db, inbound.event_key, delivery.source, incident, at)
-                results.append({"verdict": verdict, "incident": incident})
-                if verdict == "queued":
-                    queued.append(incident)
-                if claim is not None:
-                    done.append((claim, incident))
-            if delivery_key is not None:
-                Store.remember(db, delivery_key, delivery.source, results[0]["incident"] if results else None, at)
+                db.execute("RELEASE delivery")
+                claims.extend(own)
+                outcomes.append(staged)
             for claim, incident in done:  # last thing before the local commit
                 self.coordination.commit(claim, incident)
         # Nothing is acknowledged before its journal lines are on disk; a retry writes what a failure left.
-        if duplicate is not None:
-            self.journal_owed([duplicate.body["incident"]] if duplicate.body["incident"] else [])
-            return duplicate
-        self.journal_owed([r["incident"] for r in results if r["incident"]])
+        owing = {i for o in outcomes if isinstance(o, _Staged) for i in o.incidents}
+        failed = self._write_owed(owing)
+        acks: list[Ack | BaseException] = []
+        for outcome in outcomes:
+            if isinstance(outcome, _Staged):
+                trouble = next((failed[i] for i in outcome.incidents if i in failed), None)
+                acks.append(trouble if trouble is not None else outcome.ack)
+            else:
+                acks.append(outcome)
+        return acks
+
+    def _stage(self, db: sqlite3.Connection, delivery: Delivery, now: dt.datetime, claims: list[Claim],
+               done: list[tuple[Claim, str | None]]) -> "_Staged":
+        """One delivery's part of the transaction: its dedupe, incidents and owed lines; its answer."""
+        at = now.timestamp()
+        delivery_key = f"{delivery.source}-delivery|{delivery.delivery_key}" if delivery.delivery_key else None
+        if delivery_key is not None and (prior := Store.seen(db, delivery_key)) is not None:
+            return _Staged(Ack(200, {"duplicate": True, "incident": prior or None}), (prior,) if prior else ())
+        results: list[dict[str, Any]] = []
+        queued: list[str] = []
+        full = Store.waiting_count(db) >= self.backlog_limit
+        for inbound in delivery.inbound:
+            prior = Store.seen(db, inbound.event_key)
+            if prior is not None:
+                results.append({"verdict": "duplicate", "incident": prior or None})
+                continue
+            shared, claim, other = self.coordination.claim(inbound.event_key)
+            if shared == "busy":
+                raise ClaimedElsewhere(f"{other} is taking this delivery right now")
+            if shared == "duplicate":  # another replica has it
+                Store.remember(db, inbound.event_key, delivery.source, other, at)
+                results.append({"verdict": "duplicate", "incident": other})
+                continue
+            if claim is not None:
+                claims.append(claim)
+            verdict, incident = self._one(db, inbound, now, full, claims, done)
+            Store.remember(db, inbound.event_key, delivery.source, incident, at)
+            results.append({"verdict": verdict, "incident": incident})
+            if verdict == "queued":
+                queued.append(incident)
+            if claim is not None:
+                done.append((claim, incident))
+        if delivery_key is not None:
+            Store.remember(db, delivery_key, delivery.source, results[0]["incident"] if results else None, at)
+        incidents = tuple(dict.fromkeys(r["incident"] for r in results if r["incident"]))
         if delivery.ignored and not delivery.inbound:
-            return Ack(200, {"ignored": delivery.ignored})
+            return _Staged(Ack(200, {"ignored": delivery.ignored}), incidents)
         duplicate = bool(results) and all(r["verdict"] == "duplicate" for r in results)
         body: dict[str, Any] = {"duplicate": True} if duplicate else {"accepted": len(results)}
         body["alerts"] = results
-        return Ack(200 if duplicate else 202, body, tuple(queued))
+        return _Staged(Ack(200 if duplicate else 202, body, tuple(queued)), incidents)
 
     def journal_owed(self, incidents: Collection[str] | None = None) -> None:
         """Append the lines the store owes to these incidents' journals (or to all), each once, in order.
@@ -115,9 +163,15 @@ class Intake:
         An incident whose journal cannot be written keeps its lines; the others go on; the first
         error is raised after the progress is committed.
         """
+        failed = self._write_owed(incidents)
+        if failed:
+            raise next(iter(failed.values()))
+
+    def _write_owed(self, incidents: Collection[str] | None) -> dict[str, JournalError]:
+        """`journal_owed`, saying which incidents' journals could not be written (and why)."""
         if incidents is not None and not incidents:
-            return
-        failed: JournalError | None = None
+            return {}
+        failed: dict[str, JournalError] = {}
         with self.store.transaction() as db:
             lines: dict[str, list[Any]] = {}
             for line in Store.owed(db, incidents):
@@ -132,9 +186,8 @@ class Intake:
                             present.add(mark)
                         Store.settle(db, line.id)
                 except JournalError as exc:
-                    failed = failed or exc
-        if failed is not None:
-            raise failed
+                    failed[incident] = exc
+        return failed
 
     def _journaled(self, incident: str) -> set[Hashable]:
         path = journals.incident_dir(self.state, incident) / "journal.jsonl"

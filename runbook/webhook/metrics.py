@@ -1,7 +1,8 @@
 """The service's Prometheus metrics, in a registry of its own (several apps can live in one process).
 
 Webhook answers by source and HTTP status, deliveries by source and verdict, duplicates, runs by
-outcome, actions by result, queue depth, runs past the worker deadline, and the ack latency.
+outcome, actions by result, queue depth, runs past the worker deadline, the ack latency, and how many
+deliveries each commit took.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 ACK_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -37,6 +39,10 @@ class Metrics:
         self.runs_overdue.set_function(lambda: float(overdue()))
         self.ack_seconds = Histogram("runbook_webhook_ack_seconds", "Time from request to answer, by source.",
                                      ["source"], buckets=ACK_BUCKETS, registry=self.registry)
+
+        self.commit_deliveries = Histogram("runbook_webhook_commit_deliveries",
+                                           "Deliveries committed together, per commit (group commit).",
+                                           buckets=BATCH_BUCKETS, registry=self.registry)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -85,7 +85,8 @@ class Service:
             self.runs.on_outcome, self.runs.after_run = self.notes.owe, self.notes.run_ended
             self.runs.on_unfinished = self.notes.unfinished
         self.intake = Intake(store=self.store, state=self.state, router=self.router, clock=self.clock,
-                             backlog_limit=config.queue_size, coordination=self.coordination)
+                             backlog_limit=config.queue_size, coordination=self.coordination,
+                             on_batch=self.metrics.commit_deliveries.observe)
         self._sweeper_enabled = sweeper
         self._stopping = threading.Event()
         self._sweeper: threading.Thread | None = None
