@@ -278,6 +278,21 @@ def test_series_points_hold_only_times_and_numbers_and_pass_through_whole():
             SeriesPoints([bad])
 
 
+def test_series_points_check_every_time_even_when_the_grid_is_remembered():
+    from runbook.record import redaction
+    from runbook.record.redaction import SeriesPoints
+
+    good = "2026-05-04T03:12:07.000Z"
+    SeriesPoints([(good, 1.0)])  # remembered as checked
+    assert good in redaction._CHECKED_TIMES
+    for bad in [(good + " ", 1.0), (good[:-1], 1.0), (good, float("-inf")), (good, None), (good, "1.0"),
+                (b"2026-05-04T03:12:07.000Z", 1.0)]:
+        with pytest.raises(ValueError):
+            SeriesPoints([(good, 2.0), bad])
+    redaction._CHECKED_TIMES.clear()  # a full cache is emptied, never trusted blindly
+    assert SeriesPoints([(good, 3)]) == [[good, 3]]
+
+
 def test_series_points_reach_the_journal_file_as_plain_pairs(tmp_path):
     import json
 

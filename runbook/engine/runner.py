@@ -758,13 +758,10 @@ class _null_lock:
 def _points(stamps: dict[Any, str], points: Any) -> Any:
     """A series' points as the journal writes them, each time formatted once (the series share one
     grid); as `SeriesPoints`, which the journal need not walk for secrets, when they are all plain."""
-    pairs = []
-    for at, value in points:
-        text = stamps.get(at)
-        if text is None:
-            text = stamps[at] = ev.iso_ms(at) if isinstance(at, dt.datetime) else at
-        pairs.append([text, value])
+    for at, _ in points:
+        if at not in stamps:
+            stamps[at] = ev.iso_ms(at) if isinstance(at, dt.datetime) else at
     try:
-        return redaction.SeriesPoints(pairs)
+        return redaction.SeriesPoints((stamps[at], value) for at, value in points)
     except ValueError:  # an odd point (a non-finite value): the journal's usual path copes with it
-        return pairs
+        return [[stamps[at], value] for at, value in points]

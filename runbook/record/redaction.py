@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -319,15 +320,29 @@ class SeriesPoints(list):
     (a run's end journals thousands of points; walking each for secrets was most of its cost)."""
 
     def __init__(self, points: Any = ()):
-        pairs = [[at, value] for at, value in points]
-        for at, value in pairs:
-            if type(at) is not str or not _JOURNAL_TIME.fullmatch(at):
+        pairs = []
+        checked = _CHECKED_TIMES
+        for at, value in points:
+            if type(at) is not str or (at not in checked and not _journal_time(at)):
                 raise ValueError(f"a series point's time must be a journal timestamp, not {at!r}")
-            if type(value) not in (int, float) or value != value or value in (float("inf"), float("-inf")):
+            if (type(value) is not float and type(value) is not int) or not math.isfinite(value):
                 raise ValueError(f"a series point's value must be a finite number, not {value!r}")
+            pairs.append([at, value])
         super().__init__(pairs)
 
 
+def _journal_time(text: str) -> bool:
+    """Whether `text` is a journal timestamp; one that is is remembered (a run's series share one grid)."""
+    if not _JOURNAL_TIME.fullmatch(text):
+        return False
+    if len(_CHECKED_TIMES) >= _CHECKED_KEPT:
+        _CHECKED_TIMES.clear()
+    _CHECKED_TIMES.add(text)
+    return True
+
+
+_CHECKED_KEPT = 65536
+_CHECKED_TIMES: set[str] = set()
 _JOURNAL_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 

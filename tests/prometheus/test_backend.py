@@ -207,3 +207,17 @@ def test_tls_needs_the_servers_ca_and_says_so(certificate):
             metrics(server.url).query("waiting_requests", at=QUEUE.at)
         with pytest.raises(BackendError, match="refused access"):  # the handshake passed: HTTP spoke
             metrics(server.url, tls={"ca_file": str(cert)}).query("waiting_requests", at=QUEUE.at)
+
+
+def test_a_range_answers_points_parse_once_per_time_and_leave_nan_out():
+    from runbook.backends.prometheus.client import range_points
+
+    when: dict = {}
+    first = range_points([[1780000000, "1.5"], [1780000015.5, "NaN"], [1780000030, "+Inf"]], when)
+    second = range_points([[1780000000, "2"], [1780000030, "-3e2"]], when)
+    assert first == ((dt.datetime(2026, 5, 28, 20, 26, 40, tzinfo=dt.timezone.utc), 1.5),
+                     (dt.datetime(2026, 5, 28, 20, 27, 10, tzinfo=dt.timezone.utc), float("inf")))
+    assert [v for _, v in second] == [2.0, -300.0]
+    assert second[0][0] is first[0][0] and len(when) == 2  # the NaN's time was never converted
+    with pytest.raises(ValueError):
+        range_points([[1780000000, "many"]], {})

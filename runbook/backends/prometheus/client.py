@@ -103,10 +103,10 @@ class PrometheusMetrics:
                                                                   step=f"{step_seconds:g}", params=params),
                           expr, what)
         out = []
+        when: dict[Any, dt.datetime] = {}  # the series share one grid: each time is converted once
         for row in _rows(rows, self.url, what):
             try:
-                pts = tuple((dt.datetime.fromtimestamp(float(t), dt.timezone.utc), float(v))
-                            for t, v in row.get("values", []) if not math.isnan(float(v)))
+                pts = range_points(row.get("values", []), when)
                 labels = _labels(row)
             except (KeyError, IndexError, TypeError, ValueError, AttributeError, OverflowError, OSError):
                 raise BackendError(f"Prometheus at {self.url} answered {what} with a malformed series "
@@ -169,6 +169,21 @@ class PrometheusMetrics:
         if status == 429 or status >= 500:
             return BackendUnavailable(f"{where} could not answer (HTTP {status}): {message}")
         return BackendError(f"{where} answered HTTP {status or '?'}: {message}")
+
+
+def range_points(values: Any, when: dict[Any, dt.datetime]) -> tuple[tuple[dt.datetime, float], ...]:
+    """A range query's `[time, "value"]` pairs as (UTC time, number), NaNs left out; `when` keeps the
+    times already converted (a query's series share one grid: 512 pods × 241 points are 241 times)."""
+    points = []
+    for t, v in values:
+        value = float(v)
+        if value != value:  # NaN: a stale or missing sample, not a reading
+            continue
+        at = when.get(t)
+        if at is None:
+            at = when[t] = dt.datetime.fromtimestamp(float(t), dt.timezone.utc)
+        points.append((at, value))
+    return tuple(points)
 
 
 def _rows(rows: Any, url: str, what: str) -> list[Mapping[str, Any]]:
