@@ -202,10 +202,9 @@ def _from_logs(report, playbooks: list, catalog, config, params: dict[str, str],
     so, where a cluster is configured; without one it stays without a source, saying how to read it."""
     import dataclasses
 
-    from runbook.triage.from_logs import read_from_logs, wanted
+    from runbook.triage.from_logs import each_wanted, read_from_logs, wanted
 
-    asked = wanted(report, catalog)
-    if not asked:
+    if not wanted(report, catalog):
         return report
     from runbook.backends.kubernetes import connect as kubernetes
 
@@ -213,9 +212,7 @@ def _from_logs(report, playbooks: list, catalog, config, params: dict[str, str],
     if cluster is None:
         hint = ("; with a cluster (--kubeconfig, --context or --in-cluster) triage reads it from the vLLM pods' "
                 "logs instead")
-        return dataclasses.replace(report, findings=tuple(
-            dataclasses.replace(f, reason=f.reason + hint) if any(f is a for a in asked) else f
-            for f in report.findings))
+        return each_wanted(report, catalog, lambda f: dataclasses.replace(f, reason=f.reason + hint))
     try:
         return read_from_logs(report, playbooks, catalog, cluster, now=dt.datetime.now(dt.timezone.utc),
                               params=params, workload=workload_ref)

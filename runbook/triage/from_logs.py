@@ -17,7 +17,7 @@ import dataclasses
 import datetime as dt
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from runbook.actions.base import parse_workload
@@ -54,12 +54,15 @@ def read_from_logs(report: Report, playbooks: Sequence[Playbook], catalog: Catal
     """The report with each finding of `wanted` read from its pods' logs where they can be read.
     `workload` (KIND/NAME) names the vLLM workload for every playbook, instead of its `workload` param."""
     by_name = {p.name: p for p in playbooks}
+    return each_wanted(report, catalog, lambda f: _read(
+        f, by_name[f.playbook], catalog.get(f.signal).logs, cluster, at=report.at, now=now,  # type: ignore[arg-type]
+        params=params, workload=workload, step=step) if f.playbook in by_name else f)
+
+
+def each_wanted(report: Report, catalog: Catalog, change: Callable[[Finding], Finding]) -> Report:
+    """The report with `change` applied to each finding of `wanted`, the others as they were."""
     todo = {id(f) for f in wanted(report, catalog)}
-    findings = tuple(_read(f, by_name[f.playbook], catalog.get(f.signal).logs, cluster, at=report.at, now=now,  # type: ignore[arg-type]
-                           params=params, workload=workload, step=step)
-                     if id(f) in todo and f.playbook in by_name else f
-                     for f in report.findings)
-    return dataclasses.replace(report, findings=findings)
+    return dataclasses.replace(report, findings=tuple(change(f) if id(f) in todo else f for f in report.findings))
 
 
 def _not_read(finding: Finding, why: str) -> Finding:
