@@ -23,9 +23,11 @@ Figures:
   bound with an unlimited pool (one round) is printed too, as figures. Prometheus answers on
   loopback without injected latency: it adds to the wall time, not to the bound.
 - the floor at each size, measured beside it: the bound, plus the Prometheus work the bound leaves
-  out (as the run took it), with the exec rounds replaced by the same exec fan-out done by the
-  barest client (asyncio, no threads, no journal). Target: wall ≤ 1.10 × the floor at every size,
-  so that the figure is runbook's own cost, not the stand-ins'.
+  out (the run's own requests replayed by the barest client: http.client and json.loads, phase by
+  phase, each asking thread's requests in turn, the threads side by side), with the exec rounds
+  replaced by the same exec fan-out done by the barest client (asyncio, no threads, no journal).
+  Target: wall ≤ 1.10 × the floor at every size, so that the figure is runbook's own cost, not the
+  stand-ins' (reading, checking and journaling Prometheus' answers is runbook's, so it is not floor).
 - the serial time (pool size 1), for contrast;
 - cost growth at each of `--sizes`: wall time and wall / ⌈N/P⌉ (should stay about flat), and the
   tracemalloc peak of the run, per pod (should stay about flat or fall).
@@ -35,8 +37,11 @@ Exit 1 when the target is not met.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime as dt
+import http.client
+import json
 import math
 import multiprocessing
 import os
@@ -44,9 +49,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import tracemalloc
 from pathlib import Path
+from urllib.parse import urlencode, urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # also runnable as `python bench/fleet.py`
@@ -199,6 +206,69 @@ class RemoteApiServer:
                 self._process.join(timeout=5)
 
 
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """One request runbook made to Prometheus: which thread, when, and what (to replay it)."""
+    thread: int
+    at: float  # perf_counter when it was sent
+    path: str  # /api/v1/query or /api/v1/query_range
+    params: tuple[tuple[str, str], ...]
+
+
+class QueryLog:
+    """Every request the Prometheus client sends, noted on its way out (the bench's own tap on the
+    client's HTTP session: what runbook asks is unchanged)."""
+
+    def __init__(self, metrics):
+        self.asked: list[Asked] = []
+        session = metrics._client._session
+        send = session.request
+
+        def noted(method, url, params=None, **kwargs):
+            self.asked.append(Asked(threading.get_ident(), time.perf_counter(), urlsplit(url).path,
+                                    tuple((str(k), str(v)) for k, v in (params or {}).items())))
+            return send(method, url, params=params, **kwargs)
+
+        session.request = noted
+
+    def since(self, started: float) -> list[Asked]:
+        return [a for a in self.asked if a.at >= started]
+
+
+def replay_seconds(url: str, asked: list[Asked], phases: list[tuple[float, float]]) -> float:
+    """The barest client's time for the same Prometheus requests: each phase (triage, a step, the run's
+    end) on its own, each of the threads that asked in it replaying its requests one after another on one
+    keep-alive connection (http.client, the body read and decoded by json.loads, nothing else), those
+    threads side by side as the run's were. The sum of the phases' wall times."""
+    host, port = urlsplit(url).hostname, urlsplit(url).port
+
+    def one_thread(requests: list[Asked]) -> None:
+        conn = http.client.HTTPConnection(host, port, timeout=60)
+        try:
+            for a in requests:
+                conn.request("GET", f"{a.path}?{urlencode(a.params)}")
+                answer = conn.getresponse()
+                body = answer.read()
+                if answer.status != 200 or json.loads(body)["status"] != "success":
+                    raise SystemExit(f"the replayed Prometheus request failed: {answer.status} {body[:200]!r}")
+        finally:
+            conn.close()
+
+    total = 0.0
+    for begin, end in phases:
+        by_thread: dict[int, list[Asked]] = {}
+        for a in asked:
+            if begin <= a.at < end:
+                by_thread.setdefault(a.thread, []).append(a)
+        if not by_thread:
+            continue
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=len(by_thread)) as pool:
+            list(pool.map(one_thread, by_thread.values()))
+        total += time.perf_counter() - started
+    return total
+
+
 def bundled_playbooks():
     registry = load_builtin()
     loaded = [validation.load_playbook_file(f, registry) for f in validation.discover(validation.default_paths())]
@@ -234,6 +304,8 @@ class Run:
     chain: int  # requests per pod inside the fan-outs (its two log reads and the exec), one round each
     peak_bytes: int | None = None
     steps: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (step id, seconds), run order
+    asked: list[Asked] = dataclasses.field(default_factory=list)  # the run's requests to Prometheus
+    phases: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # triage, each step, the end
 
     def rounds(self, pool: int | None) -> int:
         return 0 if not self.execs else 1 if pool is None else math.ceil(self.execs / pool)
@@ -244,7 +316,7 @@ class Run:
 
 
 def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods: int, at: dt.datetime, pool: int,
-             latency: float, trace: bool = False) -> Run:
+             latency: float, trace: bool = False, log: QueryLog | None = None) -> Run:
     api.seed(pods, latency)
     cluster = connect_cluster(kubeconfig)
     registry = load_builtin()
@@ -285,6 +357,8 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
     per_pod = [s for s in seen if s.name in exec_pods and s.resource in ("pods", "pods/exec", "pods/log")
                and s.verb != "list"]
     diagnosed = max(journal.finished_at.values())  # the last step (the remediations are skipped at once)
+    ends = [triaged, *journal.finished_at.values()]
+    phases = [(started, triaged), *zip(ends, ends[1:]), (diagnosed, finished)]
     return Run(pods=pods, pool=pool, wall=finished - started, triage=triaged - started,
                diagnostics=diagnosed - triaged, history=finished - diagnosed,
                cpu=cpu, server_cpu=server_cpu,
@@ -292,7 +366,8 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
                       zip(journal.finished_at.items(), [triaged, *journal.finished_at.values()])
                       if step not in skip],
                sequential_requests=len(seen) - len(per_pod), execs=len(exec_pods),
-               chain=math.ceil(len(per_pod) / len(exec_pods)) if exec_pods else 0, peak_bytes=peak)
+               chain=math.ceil(len(per_pod) / len(exec_pods)) if exec_pods else 0, peak_bytes=peak,
+               asked=log.since(started) if log is not None else [], phases=phases)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -301,18 +376,23 @@ class Floor:
     exec fan-out's own time, plus the Prometheus work the bound does not count."""
 
     bound: float
-    prometheus: float  # triage, the Prometheus steps and the run's end, as this run took them
+    prometheus: float  # the barest client's time for the run's requests to Prometheus (replayed)
     exec_fan_out: float  # the barest client's exec fan-out over the same pods
     exec_rounds: float  # what the bound counts for that fan-out: its rounds × latency
+    prometheus_as_run: float  # triage, the Prometheus steps and the run's end, as this run took them (a figure)
 
     @property
     def seconds(self) -> float:
         return self.bound + self.prometheus + self.exec_fan_out - self.exec_rounds
 
 
-def floor_of(run: Run, exec_fan_out: float, latency: float, pool: int, asks_prometheus: set[str]) -> Floor:
-    prometheus_work = run.triage + run.history + sum(seconds for step, seconds in run.steps if step in asks_prometheus)
-    return Floor(run.bound(latency, pool), prometheus_work, exec_fan_out, run.rounds(pool) * latency)
+def floor_of(run: Run, exec_fan_out: float, latency: float, pool: int, asks_prometheus: set[str],
+             prometheus_url: str) -> Floor:
+    """The floor of one run. Its Prometheus part is the barest client's: the run's own requests replayed
+    (runbook's reading of the answers, its checks and journaling are runbook's cost, not the floor)."""
+    as_run = run.triage + run.history + sum(seconds for step, seconds in run.steps if step in asks_prometheus)
+    replayed = replay_seconds(prometheus_url, run.asked, run.phases)
+    return Floor(run.bound(latency, pool), replayed, exec_fan_out, run.rounds(pool) * latency, as_run)
 
 
 def exec_floor(api: RemoteApiServer, kubeconfig: Path, *, pods: int, pool: int, latency: float) -> float:
@@ -382,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         api = RemoteApiServer(work / "apiserver")
         prom = start_prometheus(work / "prometheus", sizes)
         metrics = prometheus.connect(Config(None, {}), url=prom.url, env={"NO_PROXY": "127.0.0.1"})
+        log = QueryLog(metrics)
         try:
             kubeconfig = api.kubeconfig(work / "kubeconfig")
             at = {n: fleet_at(i) for i, n in enumerate(sizes)}
@@ -392,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
 
             # The median of three runs (by wall time): one run on 2 shared cores moves by ±0.2 s.
             runs = sorted((run_once(api, kubeconfig, metrics, playbooks, pods=args.pods, at=at[args.pods], pool=pool,
-                                    latency=lat) for _ in range(3)), key=lambda r: r.wall)
+                                    latency=lat, log=log) for _ in range(3)), key=lambda r: r.wall)
             main_run = runs[1]
             serial = run_once(api, kubeconfig, metrics, playbooks, pods=args.pods, at=at[args.pods], pool=1,
                               latency=lat)
@@ -417,10 +498,12 @@ def main(argv: list[str] | None = None) -> int:
             # Where the excess lies: work the bound does not count, and the stand-ins' own floor.
             asks_prometheus = {s.id for s in playbooks["oom-surge"].steps if s.uses.startswith("prom.")}
             floors = {args.pods: floor_of(main_run, exec_floor(api, kubeconfig, pods=args.pods, pool=pool, latency=lat),
-                                          lat, pool, asks_prometheus)}
+                                          lat, pool, asks_prometheus, prom.url)}
             floor = floors[args.pods]
-            print(f"fleet excess {main_run.wall - bound:.2f}s over the bound: Prometheus work it does not count "
-                  f"{floor.prometheus:.2f}s (triage, the Prometheus steps, the run's end); the exec fan-out by the "
+            print(f"fleet excess {main_run.wall - bound:.2f}s over the bound: Prometheus work it does not count, "
+                  f"{len(main_run.asked)} requests (triage, the Prometheus steps, the run's end): "
+                  f"{floor.prometheus:.2f}s by the barest client (replayed), {floor.prometheus_as_run:.2f}s as the run "
+                  f"took it (runbook reading, checking and journaling the answers); the exec fan-out by the "
                   f"barest client (asyncio, no threads, no journal) {floor.exec_fan_out:.2f}s against its "
                   f"{main_run.rounds(pool)} rounds' {floor.exec_rounds:.2f}s: the test API server's own "
                   f"+{floor.exec_fan_out - floor.exec_rounds:.2f}s")
@@ -430,12 +513,12 @@ def main(argv: list[str] | None = None) -> int:
             print("growth  pods  rounds  wall     bound    × bound  floor    × floor  wall/round  peak MiB  KiB/pod")
             growth = []
             for n in sizes:
-                timed = run_once(api, kubeconfig, metrics, playbooks, pods=n, at=at[n], pool=pool, latency=lat)
+                timed = run_once(api, kubeconfig, metrics, playbooks, pods=n, at=at[n], pool=pool, latency=lat, log=log)
                 traced = run_once(api, kubeconfig, metrics, playbooks, pods=n, at=at[n], pool=pool, latency=lat,
                                   trace=True)
                 if n not in floors:
                     floors[n] = floor_of(timed, exec_floor(api, kubeconfig, pods=n, pool=pool, latency=lat), lat,
-                                         pool, asks_prometheus)
+                                         pool, asks_prometheus, prom.url)
                 rounds = timed.rounds(pool)
                 growth.append((n, timed.wall, rounds, traced.peak_bytes, timed.wall / floors[n].seconds))
                 print(f"growth  {n:4}  {rounds:6}  {timed.wall:6.2f}s  {timed.bound(lat, pool):6.2f}s  "
