@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import random
+import resource
 import signal
 import socket
 import statistics
@@ -197,6 +198,8 @@ def main() -> int:
         finally:
             server.send_signal(signal.SIGTERM)
             server.wait(timeout=60)
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)  # the server's, once it has exited
+            mine = resource.getrusage(resource.RUSAGE_SELF)
         received: dict[str, int] = {}
         runs: dict[str, int] = {}
         for path in journal_paths(state):
@@ -223,6 +226,8 @@ def main() -> int:
     print(f"runs finished {done:.0f} (drained in {drain:.1f}s after the last send); incidents run once: "
           f"{sum(1 for n in runs.values() if n == 1)}, more than once: {sum(1 for n in runs.values() if n > 1)}")
     print(f"lost: {len(lost)}; journaled twice: {len(twice)}")
+    print(f"CPU seconds: the server {used.ru_utime:.1f} user + {used.ru_stime:.1f} system, this load generator "
+          f"{mine.ru_utime + mine.ru_stime:.1f}, over {sending + drain:.1f}s ({os.cpu_count()} cores)")
     ok = not lost and not twice and len(runs) == len(unique) and all(n == 1 for n in runs.values())
     print("OK" if ok else "FAILED")
     return 0 if ok else 1
