@@ -25,7 +25,8 @@ Figures:
 - the floor at each size, measured beside it: the bound, plus the Prometheus work the bound leaves
   out (the run's own requests replayed by the barest client: http.client and json.loads, phase by
   phase, each asking thread's requests in turn, the threads side by side), with the exec rounds
-  replaced by the same exec fan-out done by the barest client (asyncio, no threads, no journal).
+  replaced by the same exec fan-out done by the barest client (asyncio, no threads, no journal),
+  and the log reads' rounds by the same reads done by the barest client (http.client, kept-alive TLS).
   Target: wall ≤ 1.10 × the floor at every size, so that the figure is runbook's own cost, not the
   stand-ins' (reading, checking and journaling Prometheus' answers is runbook's, so it is not floor).
 - the serial time (pool size 1), for contrast;
@@ -304,6 +305,7 @@ class Run:
     chain: int  # requests per pod inside the fan-outs (its two log reads and the exec), one round each
     peak_bytes: int | None = None
     steps: list[tuple[str, float]] = dataclasses.field(default_factory=list)  # (step id, seconds), run order
+    log_reads: list[str] = dataclasses.field(default_factory=list)  # the exec'd pods whose logs were read
     asked: list[Asked] = dataclasses.field(default_factory=list)  # the run's requests to Prometheus
     phases: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # triage, each step, the end
 
@@ -367,6 +369,7 @@ def run_once(api: RemoteApiServer, kubeconfig: Path, metrics, playbooks, *, pods
                       if step not in skip],
                sequential_requests=len(seen) - len(per_pod), execs=len(exec_pods),
                chain=math.ceil(len(per_pod) / len(exec_pods)) if exec_pods else 0, peak_bytes=peak,
+               log_reads=[s.name for s in per_pod if s.resource == "pods/log"],
                asked=log.since(started) if log is not None else [], phases=phases)
 
 
@@ -380,19 +383,65 @@ class Floor:
     exec_fan_out: float  # the barest client's exec fan-out over the same pods
     exec_rounds: float  # what the bound counts for that fan-out: its rounds × latency
     prometheus_as_run: float  # triage, the Prometheus steps and the run's end, as this run took them (a figure)
+    log_fan_out: float = 0.0  # the barest client's reads of the same pods' logs
+    log_rounds: float = 0.0  # what the bound counts for those reads
 
     @property
     def seconds(self) -> float:
-        return self.bound + self.prometheus + self.exec_fan_out - self.exec_rounds
+        return (self.bound + self.prometheus + self.exec_fan_out - self.exec_rounds
+                + self.log_fan_out - self.log_rounds)
 
 
 def floor_of(run: Run, exec_fan_out: float, latency: float, pool: int, asks_prometheus: set[str],
-             prometheus_url: str) -> Floor:
+             prometheus_url: str, log_fan_out: float = 0.0) -> Floor:
     """The floor of one run. Its Prometheus part is the barest client's: the run's own requests replayed
     (runbook's reading of the answers, its checks and journaling are runbook's cost, not the floor)."""
     as_run = run.triage + run.history + sum(seconds for step, seconds in run.steps if step in asks_prometheus)
     replayed = replay_seconds(prometheus_url, run.asked, run.phases)
-    return Floor(run.bound(latency, pool), replayed, exec_fan_out, run.rounds(pool) * latency, as_run)
+    log_rounds = math.ceil(len(run.log_reads) / pool) * latency if run.log_reads else 0.0
+    return Floor(run.bound(latency, pool), replayed, exec_fan_out, run.rounds(pool) * latency, as_run,
+                 log_fan_out, log_rounds)
+
+
+def log_floor(api: RemoteApiServer, kubeconfig: Path, run: Run, *, pool: int, latency: float) -> float:
+    """Seconds for the same pods' log reads (`pool` at a time) by the barest client: http.client over
+    one kept-alive TLS connection per thread, the body read and nothing else. What is left over their
+    rounds × latency is the test API server's own cost per request (its one event loop), not runbook's."""
+    import ssl
+
+    from runbook.backends.kubernetes.connect import load_client_configuration
+
+    if not run.log_reads:
+        return 0.0
+    api.seed(run.pods, latency)
+    conf, _, _ = load_client_configuration(kubeconfig=str(kubeconfig), context="runbook-test", in_cluster=False)
+    tls = ssl.create_default_context(cafile=conf.ssl_ca_cert)
+    if conf.cert_file:
+        tls.load_cert_chain(conf.cert_file, conf.key_file)
+    headers = {a["key"]: a["value"] for a in conf.auth_settings().values() if a.get("in") == "header" and a.get("value")}
+    where = urlsplit(conf.host)
+    local = threading.local()
+
+    def read(pod: str) -> int:
+        conn = getattr(local, "conn", None)
+        if conn is None:
+            conn = local.conn = http.client.HTTPSConnection(where.hostname, where.port, context=tls, timeout=30)
+        conn.request("GET", f"/api/v1/namespaces/llm/pods/{pod}/log?container=vllm&timestamps=true&sinceSeconds=300",
+                     headers=headers)
+        answer = conn.getresponse()
+        body = answer.read()
+        if answer.status != 200:
+            raise SystemExit(f"the bare log client got {answer.status} for {pod}: {body[:200]!r}")
+        return len(body)
+
+    def fan_out() -> float:
+        started = time.perf_counter()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=pool) as workers:
+            list(workers.map(read, run.log_reads))
+        return time.perf_counter() - started
+
+    fan_out()  # warm-up
+    return sorted(fan_out() for _ in range(3))[1]
 
 
 def exec_floor(api: RemoteApiServer, kubeconfig: Path, *, pods: int, pool: int, latency: float) -> float:
@@ -498,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
             # Where the excess lies: work the bound does not count, and the stand-ins' own floor.
             asks_prometheus = {s.id for s in playbooks["oom-surge"].steps if s.uses.startswith("prom.")}
             floors = {args.pods: floor_of(main_run, exec_floor(api, kubeconfig, pods=args.pods, pool=pool, latency=lat),
-                                          lat, pool, asks_prometheus, prom.url)}
+                                          lat, pool, asks_prometheus, prom.url,
+                                          log_floor(api, kubeconfig, main_run, pool=pool, latency=lat))}
             floor = floors[args.pods]
             print(f"fleet excess {main_run.wall - bound:.2f}s over the bound: Prometheus work it does not count, "
                   f"{len(main_run.asked)} requests (triage, the Prometheus steps, the run's end): "
@@ -506,7 +556,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"took it (runbook reading, checking and journaling the answers); the exec fan-out by the "
                   f"barest client (asyncio, no threads, no journal) {floor.exec_fan_out:.2f}s against its "
                   f"{main_run.rounds(pool)} rounds' {floor.exec_rounds:.2f}s: the test API server's own "
-                  f"+{floor.exec_fan_out - floor.exec_rounds:.2f}s")
+                  f"+{floor.exec_fan_out - floor.exec_rounds:.2f}s; the {len(main_run.log_reads)} log reads by the "
+                  f"barest client (http.client, kept-alive TLS) {floor.log_fan_out:.2f}s against their rounds' "
+                  f"{floor.log_rounds:.2f}s")
             print(f"fleet floor {floor.seconds:.2f}s ({floor.seconds / bound:.2f}× the bound); runbook's own cost: "
                   f"{main_run.wall:.2f}s = {main_run.wall / floor.seconds:.2f}× the floor")
 
@@ -518,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
                                   trace=True)
                 if n not in floors:
                     floors[n] = floor_of(timed, exec_floor(api, kubeconfig, pods=n, pool=pool, latency=lat), lat,
-                                         pool, asks_prometheus, prom.url)
+                                         pool, asks_prometheus, prom.url,
+                                         log_floor(api, kubeconfig, timed, pool=pool, latency=lat))
                 rounds = timed.rounds(pool)
                 growth.append((n, timed.wall, rounds, traced.peak_bytes, timed.wall / floors[n].seconds))
                 print(f"growth  {n:4}  {rounds:6}  {timed.wall:6.2f}s  {timed.bound(lat, pool):6.2f}s  "
