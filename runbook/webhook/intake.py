@@ -15,7 +15,6 @@ import dataclasses
 import datetime as dt
 import os
 import sqlite3
-import threading
 from collections.abc import Callable, Collection, Hashable
 from pathlib import Path
 from typing import Any
@@ -70,8 +69,8 @@ class Intake:
         # Shared claims are committed one delivery at a time, each just before its local commit.
         self.batches: GroupCommit[Delivery, Ack] = GroupCommit(
             self.accept_together, most=DEFAULT_MOST if self.coordination.kind == "local" else 1, on_batch=on_batch)
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._writers_lock = threading.Lock()
+        # Its threads start only when a batch owes more than one journal, and at most JOURNAL_WRITERS.
+        self._writers = concurrent.futures.ThreadPoolExecutor(JOURNAL_WRITERS, "runbook-webhook-journal")
 
     def accept(self, delivery: Delivery) -> Ack:
         """Commit the delivery whole, then journal what it owes; JournalError (503) if that fails.
@@ -185,7 +184,7 @@ class Intake:
             # Each incident's journal is its own files, and its fsyncs (the new folder's, the new file's,
             # the line's) wait on the disk without the GIL: a batch's journals are written side by side.
             if len(lines) > 1:
-                written = list(self._writers().map(self._write_lines, lines.items()))
+                written = list(self._writers.map(self._write_lines, lines.items()))
             else:
                 written = [self._write_lines(item) for item in lines.items()]
             for incident, (settled, trouble) in zip(lines, written):
@@ -194,12 +193,6 @@ class Intake:
                 if trouble is not None:
                     failed[incident] = trouble
         return failed
-
-    def _writers(self) -> concurrent.futures.ThreadPoolExecutor:
-        with self._writers_lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(JOURNAL_WRITERS, "runbook-webhook-journal")
-            return self._pool
 
     def _write_lines(self, item: tuple[str, list[Any]]) -> tuple[list[int], JournalError | None]:
         """Append one incident's owed lines in order, each once; the ids now on disk, and what stopped it."""
