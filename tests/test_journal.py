@@ -11,7 +11,7 @@ import textwrap
 import time
 
 from runbook.clock import utc
-from runbook.record.journal import JsonlJournal, list_incidents, read_journal
+from runbook.record.journal import Entry, JsonlJournal, list_incidents, read_journal
 from runbook.model import events as ev
 
 AT = utc(2026, 3, 14, 3, 12, 7)
@@ -54,6 +54,52 @@ def test_a_torn_last_line_is_skipped_with_a_warning(tmp_path):
     # and the next writer carries on after the last complete event
     journal.record(ev.NOTE, at=AT, data={"message": "after the tear"})
     assert read_journal(journal.path).events[-1].seq == 2
+
+
+def _missing(wanted: list[str]):
+    """What a writer of owed lines appends: those of `wanted` (by message) the journal lacks, in order."""
+    def pick(present: list[ev.Event]) -> list[Entry]:
+        there = {e.data.get("message") for e in present}
+        return [Entry(ev.NOTE, AT, None, {"message": m}) for m in wanted if m not in there]
+    return pick
+
+
+def test_extend_appends_what_is_missing_after_the_last_event_and_ends_a_torn_line(tmp_path):
+    journal = JsonlJournal.for_incident(tmp_path, "inc-1", "webhook")
+    journal.record(ev.NOTE, at=AT, data={"message": "a"})
+    with open(journal.path, "ab") as handle:
+        handle.write(b'{"seq": 2, "at": "2026-03-14T03:1')  # a writer died mid-line
+    written = journal.extend(_missing(["a", "b", "c"]))
+    assert [(e.seq, e.data["message"]) for e in written] == [(2, "b"), (3, "c")]
+    read = read_journal(journal.path)
+    assert [(e.seq, e.data["message"]) for e in read.events] == [(1, "a"), (2, "b"), (3, "c")]
+    assert len(read.warnings) == 1  # the torn line stays, ended, and is skipped
+    assert journal.extend(_missing(["a", "b", "c"])) == []  # nothing missing: nothing written
+    assert len(read_journal(journal.path).events) == 3
+
+
+def test_writers_racing_to_extend_one_journal_append_each_entry_once_in_order(tmp_path):
+    # Processes, not threads: the journal's lock is what keeps them apart, as with two replicas.
+    script = textwrap.dedent("""
+        import sys
+        from runbook.clock import utc
+        from runbook.model import events as ev
+        from runbook.record.journal import Entry, JsonlJournal
+        wanted = [f"line-{n}" for n in range(int(sys.argv[2]))]
+        def pick(present):
+            there = {e.data.get("message") for e in present}
+            return [Entry(ev.NOTE, utc(2026, 3, 14, 3, 12, 7), None, {"message": m}) for m in wanted if m not in there]
+        for _ in range(20):
+            journal = JsonlJournal.for_incident(sys.argv[1], "inc-1", "webhook")
+            journal.extend(pick)
+            journal.close()
+    """)
+    writers = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(n)]) for n in (10, 20, 30, 40)]
+    for writer in writers:
+        assert writer.wait(timeout=60) == 0
+    events = read_journal(tmp_path / "incidents" / "inc-1" / "journal.jsonl").events
+    assert [e.data["message"] for e in events] == [f"line-{n}" for n in range(40)]
+    assert [e.seq for e in events] == list(range(1, 41))
 
 
 def test_incidents_are_listed_with_playbook_and_outcome(tmp_path):

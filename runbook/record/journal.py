@@ -15,9 +15,9 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from runbook.record import redaction
 from runbook.record import safe_fs
@@ -33,6 +33,14 @@ class Journal(Protocol):
                data: dict[str, Any] | None = None) -> ev.Event: ...
 
     def events(self) -> list[ev.Event]: ...
+
+
+class Entry(NamedTuple):
+    """An event to append, before the journal gives it its sequence number (`JsonlJournal.extend`)."""
+    type: str
+    at: dt.datetime
+    step: str | None
+    data: dict[str, Any]
 
 
 DRILL_PREFIX = "drill-"
@@ -112,33 +120,54 @@ class JsonlJournal:
 
     def record(self, type: str, *, at: dt.datetime, step: str | None = None,
                data: dict[str, Any] | None = None) -> ev.Event:
-        payload = redaction.redact(_jsonable(data or {}))
+        return self._append(lambda _: [Entry(type, at, step, data or {})], read=False)[0]
+
+    def extend(self, choose: Callable[[list[ev.Event]], Sequence[Entry]]) -> list[ev.Event]:
+        """Append what `choose` picks, given the events already here, under the journal's lock, with one fsync.
+
+        Two writers (threads or processes) that race to append the same entries append them once:
+        the second is shown the first's. The events appended, in order ([] when `choose` picks none).
+        """
+        return self._append(choose, read=True)
+
+    def _append(self, pick: Callable[[Any], Sequence[Entry]], *, read: bool) -> list[ev.Event]:
+        """Under the lock: end a torn line, number the picked entries after the last event, write, fsync."""
         try:
             # The lock makes sequence numbers unique when two processes append to one incident.
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
+                present = _events_in(self._fd) if read else None
+                entries = pick(present)
+                if not entries:
+                    return []
                 size = os.fstat(self._fd).st_size
                 if size and os.pread(self._fd, 1, size - 1) != b"\n":
                     # A writer died mid-line: end that torn line so this event stands on its own.
                     safe_fs.write_all(self._fd, b"\n")
-                seq = _last_seq(self._fd) + 1
-                event = ev.Event(seq=seq, at=at, incident=self.incident, run=self.run, type=type, step=step,
-                                 data=payload)
-                line = json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
-                safe_fs.write_all(self._fd, line.encode("utf-8"))
+                seq = (present[-1].seq if present else 0) if present is not None else _last_seq(self._fd)
+                events = [ev.Event(seq=seq + n, at=entry.at, incident=self.incident, run=self.run, type=entry.type,
+                                   step=entry.step, data=redaction.redact(_jsonable(entry.data)))
+                          for n, entry in enumerate(entries, start=1)]
+                lines = "".join(json.dumps(event.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n"
+                                for event in events)
+                safe_fs.write_all(self._fd, lines.encode("utf-8"))
                 os.fsync(self._fd)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
         except OSError as exc:
             raise JournalError(f"cannot write the journal {self.path}: {exc.strerror}") from exc
+        for event in events:
+            self._tell(event)
+        return events
+
+    def _tell(self, event: ev.Event) -> None:
         for listener in list(self._listeners):
             try:
                 listener(event)
             except Exception as exc:  # noqa: BLE001 - a broken view must never stop the run it shows
                 self._listeners.remove(listener)
-                self.record(ev.NOTE, at=at, data={"message": f"a journal listener failed and was detached: "
-                                                             f"{exc.__class__.__name__}: {exc}"})
-        return event
+                self.record(ev.NOTE, at=event.at, data={"message": f"a journal listener failed and was detached: "
+                                                                   f"{exc.__class__.__name__}: {exc}"})
 
     def events(self) -> list[ev.Event]:
         return read_journal(self.path).events
@@ -162,6 +191,15 @@ def _open_journal(path: Path) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def _events_in(fd: int) -> list[ev.Event]:
+    """Every readable event of the journal we hold, read through its descriptor (never by name again)."""
+    chunks, offset = [], 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    return _parse(b"".join(chunks), "").events
 
 
 def _last_seq(fd: int) -> int:
@@ -188,12 +226,17 @@ class JournalRead:
 
 
 def read_journal(path: Path) -> JournalRead:
-    events: list[ev.Event] = []
-    warnings: list[str] = []
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise JournalError(f"cannot read the journal {path}: {exc.strerror}") from exc
+    return _parse(raw, path)
+
+
+def _parse(raw: bytes, path: Path | str) -> JournalRead:
+    """The events of a journal's bytes; each line that is not one skipped, with a warning naming it."""
+    events: list[ev.Event] = []
+    warnings: list[str] = []
     lines = raw.split(b"\n")
     for number, line in enumerate(lines, start=1):
         if not line.strip():

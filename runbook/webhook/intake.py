@@ -1,8 +1,8 @@
 """The ack path: a verified delivery is deduplicated, committed and journaled (fsynced) before the 2xx.
 
 A delivery is committed whole or not at all, its journal lines with it as lines owed; they are
-appended to the journals after the commit, once each (a line already there is not written again),
-and a run never starts before its incident's lines are written. If the journal cannot be written
+appended to the journals after the commit, under each journal's lock and once each (a line already
+there is not written again), and a run never starts before its incident's lines are written. If the journal cannot be written
 the caller answers 503: the retry is a duplicate, answered 2xx only once every line it owes is on
 disk. With several replicas (`--coordination kubernetes`) each new key is also claimed in the
 shared state first, and the claims are committed just before the local commit (see `coordination`).
@@ -13,7 +13,6 @@ from __future__ import annotations
 import concurrent.futures
 import dataclasses
 import datetime as dt
-import os
 import sqlite3
 from collections.abc import Callable, Collection, Hashable
 from pathlib import Path
@@ -29,7 +28,7 @@ from runbook.webhook.coordination import LocalCoordination, claims_released
 from runbook.webhook.group_commit import DEFAULT_MOST, GroupCommit
 from runbook.webhook.inbound import Delivery, Inbound, digest
 from runbook.webhook.routing import Router
-from runbook.webhook.store import Store
+from runbook.webhook.store import OwedLine, Store
 
 JOURNAL_WRITERS = 8  # the journals of one batch written at once (their fsyncs overlap on the disk)
 
@@ -43,9 +42,11 @@ class Ack:
 
 @dataclasses.dataclass(frozen=True)
 class _Staged:
-    """A delivery's answer once its batch commits, and the incidents whose journals it waits for."""
+    """A delivery's answer once its batch commits, the incidents whose journals it waits for, and
+    what those journals are owed as of that commit (every unsettled line, in commit order)."""
     ack: Ack
     incidents: tuple[str, ...]
+    owed: tuple[OwedLine, ...] = ()
 
 
 def incident_id(at: dt.datetime, playbook: str | None, incident_key: str) -> str:
@@ -66,9 +67,12 @@ class Intake:
         self.store, self.state, self.router, self.clock = store, state, router, clock
         self.backlog_limit = backlog_limit  # runs waiting in the store before new ones are refused (Busy)
         self.coordination = coordination or LocalCoordination()
-        # Shared claims are committed one delivery at a time, each just before its local commit.
-        self.batches: GroupCommit[Delivery, Ack] = GroupCommit(
-            self.accept_together, most=DEFAULT_MOST if self.coordination.kind == "local" else 1, on_batch=on_batch)
+        # Shared claims are committed one delivery at a time, each just before its local commit. A batch
+        # is the transaction only: each caller then writes its own journals, beside the next batch's commit.
+        self.batches: GroupCommit[Delivery, _Staged] = GroupCommit(
+            self.commit_together, most=DEFAULT_MOST if self.coordination.kind == "local" else 1, on_batch=on_batch)
+        # The settles of lines written meanwhile, taken together too (one short transaction for many).
+        self._settles: GroupCommit[list[int], None] = GroupCommit(self._settle_together)
         # Its threads start only when a batch owes more than one journal, and at most JOURNAL_WRITERS.
         self._writers = concurrent.futures.ThreadPoolExecutor(JOURNAL_WRITERS, "runbook-webhook-journal")
 
@@ -76,15 +80,36 @@ class Intake:
         """Commit the delivery whole, then journal what it owes; JournalError (503) if that fails.
 
         Deliveries that arrive together are committed together (`group_commit`): one transaction, each
-        delivery in its own savepoint (one that fails leaves the others), one journal pass, each caller
-        answered for its own. With shared claims (several replicas) each delivery commits alone, so its
-        claims are still the last thing before its own local commit.
+        delivery in its own savepoint (one that fails leaves the others), each caller answered for its
+        own. With shared claims (several replicas) each delivery commits alone, so its claims are still
+        the last thing before its own local commit. The journals are written after the commit, outside
+        the store's lock, so the next batch commits while this one's lines go to disk.
         """
-        return self.batches.submit(delivery)
+        staged = self.batches.submit(delivery)
+        failed = self._write_lines_owed(staged.owed, self._settles.submit)
+        if failed:
+            raise next(iter(failed.values()))
+        return staged.ack
 
     def accept_together(self, deliveries: list[Delivery]) -> list[Ack | BaseException]:
-        """Commit these deliveries in one transaction and one journal pass; each one's Ack, or the
-        exception that stands for its failure (Busy, ClaimedElsewhere, JournalError, a bug)."""
+        """`accept` for deliveries taken together: one transaction and one journal pass; each one's Ack,
+        or the exception that stands for its failure (Busy, ClaimedElsewhere, JournalError, a bug)."""
+        outcomes = self.commit_together(deliveries)
+        # Nothing is acknowledged before its journal lines are on disk; a retry writes what a failure left.
+        owed = {line.id: line for o in outcomes if isinstance(o, _Staged) for line in o.owed}
+        failed = self._write_lines_owed([owed[k] for k in sorted(owed)], self._settle)
+        acks: list[Ack | BaseException] = []
+        for outcome in outcomes:
+            if isinstance(outcome, _Staged):
+                trouble = next((failed[i] for i in outcome.incidents if i in failed), None)
+                acks.append(trouble if trouble is not None else outcome.ack)
+            else:
+                acks.append(outcome)
+        return acks
+
+    def commit_together(self, deliveries: list[Delivery]) -> list["_Staged | BaseException"]:
+        """Commit these deliveries in one transaction: each one's answer and the journals it waits for,
+        or the exception that stands for its failure. Nothing is journaled yet."""
         now = self.clock.now()
         outcomes: list[_Staged | BaseException] = []
         claims: list[Claim] = []  # every shared claim of the batch: released if the commit fails
@@ -107,17 +132,13 @@ class Intake:
                 outcomes.append(staged)
             for claim, incident in done:  # last thing before the local commit
                 self.coordination.commit(claim, incident)
-        # Nothing is acknowledged before its journal lines are on disk; a retry writes what a failure left.
-        owing = {i for o in outcomes if isinstance(o, _Staged) for i in o.incidents}
-        failed = self._write_owed(owing)
-        acks: list[Ack | BaseException] = []
-        for outcome in outcomes:
-            if isinstance(outcome, _Staged):
-                trouble = next((failed[i] for i in outcome.incidents if i in failed), None)
-                acks.append(trouble if trouble is not None else outcome.ack)
-            else:
-                acks.append(outcome)
-        return acks
+            # Read in the commit that owes them: every unsettled line of these incidents up to the newest,
+            # in order, so whichever writer takes a journal's lock first appends them all in commit order.
+            owed: dict[str, list[OwedLine]] = {}
+            for line in Store.owed(db, {i for o in outcomes if isinstance(o, _Staged) for i in o.incidents}):
+                owed.setdefault(line.incident, []).append(line)
+        return [dataclasses.replace(o, owed=tuple(line for i in o.incidents for line in owed.get(i, ())))
+                if isinstance(o, _Staged) else o for o in outcomes]
 
     def _stage(self, db: sqlite3.Connection, delivery: Delivery, now: dt.datetime, claims: list[Claim],
                done: list[tuple[Claim, str | None]]) -> "_Staged":
@@ -163,10 +184,10 @@ class Intake:
     def journal_owed(self, incidents: Collection[str] | None = None) -> None:
         """Append the lines the store owes to these incidents' journals (or to all), each once, in order.
 
-        Under the store's write lock, so two threads or processes never write one line twice; a
-        line already in the journal (written before a crash or a failed commit) is only settled.
-        An incident whose journal cannot be written keeps its lines; the others go on; the first
-        error is raised after the progress is committed.
+        Under each journal's lock, so two threads or processes never write one line twice; a line
+        already in the journal (written by another writer, or before a crash or a failed commit) is
+        only settled. An incident whose journal cannot be written keeps its lines; the others go on;
+        the first error is raised after the progress is committed.
         """
         failed = self._write_owed(incidents)
         if failed:
@@ -176,45 +197,61 @@ class Intake:
         """`journal_owed`, saying which incidents' journals could not be written (and why)."""
         if incidents is not None and not incidents:
             return {}
-        failed: dict[str, JournalError] = {}
-        with self.store.transaction() as db:
-            lines: dict[str, list[Any]] = {}
-            for line in Store.owed(db, incidents):
-                lines.setdefault(line.incident, []).append(line)
-            # Each incident's journal is its own files, and its fsyncs (the new folder's, the new file's,
-            # the line's) wait on the disk without the GIL: a batch's journals are written side by side.
-            if len(lines) > 1:
-                written = list(self._writers.map(self._write_lines, lines.items()))
-            else:
-                written = [self._write_lines(item) for item in lines.items()]
-            for incident, (settled, trouble) in zip(lines, written):
-                for line_id in settled:  # the store's connection is this thread's: settled here
-                    Store.settle(db, line_id)
-                if trouble is not None:
-                    failed[incident] = trouble
+        return self._write_lines_owed(self.store.owed_now(incidents), self._settle)
+
+    def _write_lines_owed(self, owed: Collection[OwedLine], settle: Callable[[list[int]], object]) -> dict[str, JournalError]:
+        """Write these owed lines (each incident's, read after the commit that owes them), then `settle`
+        the ids now on disk; which incidents' journals could not be written, and why."""
+        lines: dict[str, list[OwedLine]] = {}
+        for line in owed:
+            lines.setdefault(line.incident, []).append(line)
+        # Each incident's journal is its own files, and its fsyncs (the new folder's, the new file's,
+        # the lines') wait on the disk without the GIL: a batch's journals are written side by side.
+        if len(lines) > 1:
+            written = list(self._writers.map(self._write_lines, lines.items()))
+        else:
+            written = [self._write_lines(item) for item in lines.items()]
+        failed = {incident: trouble for incident, (_, trouble) in zip(lines, written) if trouble is not None}
+        settled = [line_id for ids, _ in written for line_id in ids]
+        if settled:
+            settle(settled)
         return failed
 
-    def _write_lines(self, item: tuple[str, list[Any]]) -> tuple[list[int], JournalError | None]:
-        """Append one incident's owed lines in order, each once; the ids now on disk, and what stopped it."""
+    def _settle(self, line_ids: list[int]) -> None:
+        self._settle_together([line_ids])
+
+    def _settle_together(self, batches: list[list[int]]) -> list[None]:
+        """Settle lines now on disk, not waiting for the disk: a settle a crash loses is made again by the
+        next pass, which finds the line in the journal and writes nothing."""
+        with self.store.transaction(durable=False) as db:
+            for line_id in {line_id for ids in batches for line_id in ids}:
+                Store.settle(db, line_id)
+        return [None] * len(batches)
+
+    def _write_lines(self, item: tuple[str, list[OwedLine]]) -> tuple[list[int], JournalError | None]:
+        """Append one incident's owed lines in order, each once, with one fsync; the ids now on disk, and
+        what stopped it."""
         incident, owed = item
-        settled: list[int] = []
-        try:
-            present = self._journaled(incident)
+
+        def missing(present: list[ev.Event]) -> list[journals.Entry]:
+            there = {_mark(e.type, e.step, e.data) for e in present}
+            entries = []
             for line in owed:
                 mark = _mark(line.type, line.step, line.data)
-                if mark not in present:
-                    records.write(self.state, incident, line.type, at=line.at, step=line.step, data=line.data)
-                    present.add(mark)
-                settled.append(line.id)
-        except JournalError as exc:
-            return settled, exc
-        return settled, None
+                if mark not in there:
+                    entries.append(journals.Entry(line.type, line.at, line.step, line.data))
+                    there.add(mark)
+            return entries
 
-    def _journaled(self, incident: str) -> set[Hashable]:
-        path = journals.incident_dir(self.state, incident) / "journal.jsonl"
-        if not os.path.lexists(path):
-            return set()
-        return {_mark(e.type, e.step, e.data) for e in journals.read_journal(path).events}
+        try:
+            journal = journals.JsonlJournal.for_incident(self.state, incident, records.WEBHOOK_RUN)
+            try:
+                journal.extend(missing)
+            finally:
+                journal.close()
+        except JournalError as exc:
+            return [], exc
+        return [line.id for line in owed], None
 
     def _one(self, db: sqlite3.Connection, inbound: Inbound, now: dt.datetime, full: bool,
              claims: list[Claim], done: list[tuple[Claim, str | None]]) -> tuple[str, str]:

@@ -156,24 +156,38 @@ class Store:
             raise JournalError(f"cannot open the webhook state {self.path}: {exc}") from exc
 
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        """One writer at a time, across threads (the lock) and processes (BEGIN IMMEDIATE)."""
+    def transaction(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One writer at a time, across threads (the lock) and processes (BEGIN IMMEDIATE).
+
+        `durable=False` commits without waiting for the disk (WAL, synchronous=NORMAL): only for a
+        change that a crash may lose, because the next pass makes it again (settling a journal line
+        already on disk); the next durable commit puts it on disk with its own.
+        """
         with self._lock:
+            if not durable:
+                self._db.execute("PRAGMA synchronous=NORMAL")
             try:
-                self._db.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                raise JournalError(f"cannot write the webhook state {self.path}: {exc}") from exc
-            try:
-                yield self._db
-            except BaseException:
+                yield from self._transaction()
+            finally:
+                if not durable:
+                    self._db.execute("PRAGMA synchronous=FULL")
+
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise JournalError(f"cannot write the webhook state {self.path}: {exc}") from exc
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        try:
+            self._db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
                 self._db.execute("ROLLBACK")
-                raise
-            try:
-                self._db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
-                raise JournalError(f"cannot commit the webhook state {self.path}: {exc}") from exc
+            raise JournalError(f"cannot commit the webhook state {self.path}: {exc}") from exc
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         with self._lock:
@@ -350,6 +364,14 @@ class Store:
                                    chunk).fetchall()
             rows.sort(key=lambda row: row["id"])
         return [OwedLine.from_row(row) for row in rows]
+
+    def owed_now(self, incidents: Collection[str] | None = None) -> list[OwedLine]:
+        """`owed`, read outside any transaction (a journal writer reads what it is to write)."""
+        with self._lock:
+            try:
+                return Store.owed(self._db, incidents)
+            except sqlite3.Error as exc:
+                raise JournalError(f"cannot read the webhook state {self.path}: {exc}") from exc
 
     @staticmethod
     def settle(db: sqlite3.Connection, line: int) -> None:

@@ -170,3 +170,22 @@ def test_a_full_queue_refuses_only_the_deliveries_past_it_and_forgets_them(servi
     for row in service.store.runnable():
         service.store.set_state(row.id, "done", 0.0)
     assert service.accept(delivery(3)).status == 202
+
+
+def test_a_settle_lost_to_a_crash_is_made_again_without_writing_the_line_twice(service):
+    # The settle is not waited for on disk: here it is lost outright, as a crash right after the 2xx would.
+    [staged] = service.intake.commit_together([delivery(20)])
+    incident = staged.incidents[0]
+    assert service.intake._write_lines_owed(staged.owed, lambda ids: None) == {}
+    assert len(alerts_in(service, incident)) == 1 and service.store.owed_count() == 1
+    assert service.store.runnable() == []  # still owed: its run cannot start yet
+    service.intake.journal_owed()  # the sweep (or the next start) finds it in the journal: settled only
+    assert len(alerts_in(service, incident)) == 1 and service.store.owed_count() == 0
+    assert [row.id for row in service.store.runnable()] == [incident]
+
+
+def test_a_commit_that_need_not_wait_for_the_disk_leaves_the_others_durable(service):
+    with service.store.transaction(durable=False) as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    with service.store.transaction() as db:
+        assert db.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL again
