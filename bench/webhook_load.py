@@ -76,6 +76,80 @@ def run_server(state: Path, port_file: Path, workers: int, group_commit: bool = 
                                   lifespan="on")).run(sockets=[sock])
 
 
+def run_floor_server(state: Path, port_file: Path) -> None:
+    """The floor: the same loopback load answered by the barest server that keeps the same promise.
+
+    asyncio streams and no framework, no parsing, no signature or token check; for each delivery one
+    SQLite commit (WAL, synchronous=FULL) of its dedupe key and, when it is new, its journal as
+    `runbook serve` makes one: a new folder (its parent fsynced), a new file (the folder fsynced),
+    the line (fsynced), before the 2xx; 8 threads for the files, so their fsyncs overlap.
+    """
+    import asyncio
+    import hashlib
+    import sqlite3
+
+    def fsync_dir(path: Path) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    incidents = state / "incidents"
+    incidents.mkdir(parents=True, mode=0o700)
+    db = sqlite3.connect(state / "floor.sqlite3", isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=FULL")
+    db.execute("CREATE TABLE seen (key TEXT PRIMARY KEY)")
+    lock = threading.Lock()
+    files = concurrent.futures.ThreadPoolExecutor(8)
+
+    def durable(body: bytes) -> int:
+        key = hashlib.sha256(body).hexdigest()
+        with lock:
+            db.execute("BEGIN IMMEDIATE")
+            new = db.execute("INSERT OR IGNORE INTO seen VALUES (?)", (key,)).rowcount
+            db.execute("COMMIT")
+        if not new:
+            return 200
+        folder = incidents / key[:24]
+        os.mkdir(folder, 0o700)
+        fsync_dir(incidents)
+        fd = os.open(folder / "journal.jsonl", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            fsync_dir(folder)
+            os.write(fd, body + b"\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return 202
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                status = await loop.run_in_executor(files, durable, await reader.readexactly(length))
+                writer.write(b"HTTP/1.1 %d Accepted\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+                             % status)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def serve() -> None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        server = await asyncio.start_server(answer, sock=sock)
+        port_file.write_text(str(sock.getsockname()[1]))
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        async with server:
+            await stop.wait()
+
+    asyncio.run(serve())
+
+
 def deliveries(count: int) -> list[tuple[str, bytes, dict[str, str], str]]:
     """(path, body, headers, event key) for `count` unique deliveries, half from each source."""
     from runbook.webhook.pagerduty import sign
@@ -140,8 +214,13 @@ def main() -> int:
     parser.add_argument("--drain-timeout", type=float, default=180.0)
     parser.add_argument("--no-group-commit", action="store_true", help="commit each delivery alone (the contrast)")
     parser.add_argument("--no-runs", action="store_true", help="never start the runs: time the ack path alone")
+    parser.add_argument("--floor", action="store_true",
+                        help="the barest server making the same writes durable (see run_floor_server), not runbook")
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "PORT_FILE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve and args.floor:
+        run_floor_server(Path(args.serve[0]), Path(args.serve[1]))
+        return 0
     if args.serve:
         run_server(Path(args.serve[0]), Path(args.serve[1]), args.workers, not args.no_group_commit, not args.no_runs)
         return 0
@@ -163,7 +242,8 @@ def main() -> int:
         server = subprocess.Popen([sys.executable, __file__, "--serve", str(state), str(port_file),
                                    "--workers", str(args.workers),
                                    *(["--no-group-commit"] if args.no_group_commit else []),
-                                   *(["--no-runs"] if args.no_runs else [])], cwd=ROOT,
+                                   *(["--no-runs"] if args.no_runs else []),
+                                   *(["--floor"] if args.floor else [])], cwd=ROOT,
                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
         try:
             deadline = time.monotonic() + 30
@@ -186,7 +266,7 @@ def main() -> int:
             sending = time.perf_counter() - start
             drained = time.perf_counter()
             done, commits = 0.0, {}
-            while time.perf_counter() - drained < args.drain_timeout:
+            while time.perf_counter() - drained < args.drain_timeout and not args.floor:
                 conn = http.client.HTTPConnection("127.0.0.1", sender.port, timeout=10)
                 conn.request("GET", "/metrics")
                 text = conn.getresponse().read().decode()
@@ -207,7 +287,8 @@ def main() -> int:
             mine = resource.getrusage(resource.RUSAGE_SELF)
         received: dict[str, int] = {}
         runs: dict[str, int] = {}
-        for path in journal_paths(state):
+        floor_journals = sum(1 for _ in (state / "incidents").glob("*/journal.jsonl")) if args.floor else 0
+        for path in ([] if args.floor else journal_paths(state)):
             for event in read_journal(path).events:
                 if event.type == "alert.received":
                     key = event.data["delivery"]["event_key"]
@@ -218,6 +299,15 @@ def main() -> int:
     statuses: dict[int, int] = {}
     for status, _, _ in results:
         statuses[status] = statuses.get(status, 0) + 1
+    if args.floor:
+        print(f"the floor (--floor: the barest server, not runbook): sent {len(plan)} in {sending:.1f}s; answers "
+              f"{dict(sorted(statuses.items()))}; journals {floor_journals} for {len(unique)} unique deliveries")
+        print(f"floor ack latency ms: p50 {statistics.median(latencies):.2f}  "
+              f"p99 {latencies[int(len(latencies) * 0.99) - 1]:.2f}  max {latencies[-1]:.2f}")
+        print(f"CPU seconds: the floor server {used.ru_utime:.1f} user + {used.ru_stime:.1f} system over {sending:.1f}s")
+        ok = floor_journals == len(unique) and set(statuses) <= {200, 202}
+        print("OK" if ok else "FAILED")
+        return 0 if ok else 1
     lost = [key for _, _, _, key in unique if key not in received]
     twice = [key for key, n in received.items() if n > 1]
     print(f"sent {len(plan)} deliveries in {sending:.1f}s ({len(plan) / sending:.0f}/s): {len(unique)} unique, "
